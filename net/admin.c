@@ -1,0 +1,238 @@
+/* The admin HTTP listener on client port + 2: /healthz, /readyz, /status
+ * (JSON) and /metrics (Prometheus text). A thread of its own serves one
+ * request at a time with short timeouts; it only reads published counters,
+ * never the hot path's state. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "net/server.h"
+
+#define REQ_MAX 4096
+#define RSP_MAX (256u << 10)
+#define IO_TIMEOUT_MS 1000
+
+static int admin_fd = -1;
+static pthread_t admin_thread;
+
+static const char *const wstat_names[] = {
+#define X(name, type, help) #name,
+    TK_WSTAT_MAP(X)
+#undef X
+};
+static const char *const wstat_types[] = {
+#define X(name, type, help) #type,
+    TK_WSTAT_MAP(X)
+#undef X
+};
+static const char *const wstat_help[] = {
+#define X(name, type, help) help,
+    TK_WSTAT_MAP(X)
+#undef X
+};
+
+static uint64_t wstat_sum(struct tk_server *s, int i)
+{
+    uint64_t v = 0;
+    for (uint32_t w = 0; w < s->nworkers; w++)
+        v += atomic_load_explicit(&s->wstats[w][i], memory_order_relaxed);
+    return v;
+}
+
+static size_t render_metrics(struct tk_server *s, char *buf, size_t cap)
+{
+    size_t off = 0;
+    for (int i = 0; i < TK_WSTAT_COUNT && off < cap; i++) {
+        const char *suffix = strcmp(wstat_types[i], "counter") == 0 ? "_total" : "";
+        int n = snprintf(buf + off, cap - off,
+                         "# HELP ticketing_%s%s %s.\n# TYPE ticketing_%s%s %s\n"
+                         "ticketing_%s%s %llu\n",
+                         wstat_names[i], suffix, wstat_help[i], wstat_names[i], suffix,
+                         wstat_types[i], wstat_names[i], suffix,
+                         (unsigned long long)wstat_sum(s, i));
+        if (n < 0)
+            break;
+        off += (size_t)n;
+    }
+    if (off < cap) {
+        int n = snprintf(buf + off, cap - off,
+                         "# HELP ticketing_connections_max Bound on client connections.\n"
+                         "# TYPE ticketing_connections_max gauge\n"
+                         "ticketing_connections_max %u\n"
+                         "# HELP ticketing_inflight_per_connection_max Bound on requests in "
+                         "flight per connection.\n"
+                         "# TYPE ticketing_inflight_per_connection_max gauge\n"
+                         "ticketing_inflight_per_connection_max %u\n"
+                         "# HELP ticketing_waiters_per_key_max Bound on waiters per key.\n"
+                         "# TYPE ticketing_waiters_per_key_max gauge\n"
+                         "ticketing_waiters_per_key_max %u\n"
+                         "# HELP ticketing_waiters_max Bound on waiters in all.\n"
+                         "# TYPE ticketing_waiters_max gauge\nticketing_waiters_max %llu\n"
+                         "# HELP ticketing_keys_max Bound on keys in the table.\n"
+                         "# TYPE ticketing_keys_max gauge\nticketing_keys_max %llu\n"
+                         "# HELP ticketing_handshake_seconds_max Time allowed for a "
+                         "handshake.\n"
+                         "# TYPE ticketing_handshake_seconds_max gauge\n"
+                         "ticketing_handshake_seconds_max %g\n",
+                         s->opt.max_connections, s->opt.max_inflight,
+                         s->opt.max_waiters_per_key, (unsigned long long)s->opt.max_waiters,
+                         (unsigned long long)s->opt.max_keys, s->opt.handshake_ms / 1000.0);
+        if (n > 0)
+            off += (size_t)n;
+    }
+    if (off < cap)
+        off += tk_raftd_metrics(s, buf + off, cap - off);
+    return TK_MIN(off, cap);
+}
+
+static size_t render_status(struct tk_server *s, char *buf, size_t cap)
+{
+    int n = snprintf(
+        buf, cap,
+        "{\"node_id\":\"%016llx\",\"domain\":\"%016llx%016llx\",\"advertise\":\"%s\","
+        "\"workers\":%u,\"connections\":%llu,\"keys\":%llu,\"held\":%llu,\"waiters\":%llu,"
+        "\"grants\":%llu,",
+        (unsigned long long)s->node_id, (unsigned long long)atomic_load(&s->domain_hi),
+        (unsigned long long)atomic_load(&s->domain_lo), s->advertise, s->nworkers,
+        (unsigned long long)wstat_sum(s, TK_WSTAT_conns_open),
+        (unsigned long long)wstat_sum(s, TK_WSTAT_keys),
+        (unsigned long long)wstat_sum(s, TK_WSTAT_held),
+        (unsigned long long)wstat_sum(s, TK_WSTAT_waiters),
+        (unsigned long long)wstat_sum(s, TK_WSTAT_grants));
+    if (n < 0 || (size_t)n >= cap)
+        return 0;
+    size_t off = (size_t)n;
+    off += tk_raftd_status(s, buf + off, cap - off);
+    if (off + 2 < cap) {
+        buf[off++] = '}';
+        buf[off++] = '\n';
+    }
+    return off;
+}
+
+static bool write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        if (poll(&pfd, 1, IO_TIMEOUT_MS) <= 0)
+            return false;
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static void respond(int fd, int code, const char *ctype, const char *body, size_t len)
+{
+    char head[256];
+    const char *reason = code == 200 ? "OK" : code == 404 ? "Not Found"
+                                          : code == 405 ? "Method Not Allowed"
+                                          : code == 503 ? "Service Unavailable"
+                                                        : "Bad Request";
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n",
+                     code, reason, ctype, len);
+    if (write_all(fd, head, (size_t)n))
+        write_all(fd, body, len);
+}
+
+static void serve(struct tk_server *s, int fd, char *rsp)
+{
+    char req[REQ_MAX + 1];
+    size_t len = 0;
+    while (len < REQ_MAX) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, IO_TIMEOUT_MS) <= 0)
+            return;
+        ssize_t r = recv(fd, req + len, REQ_MAX - len, MSG_DONTWAIT);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (r <= 0)
+            return;
+        len += (size_t)r;
+        req[len] = 0;
+        if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
+            break;
+    }
+    req[len] = 0;
+    char method[8] = {0}, path[256] = {0};
+    if (sscanf(req, "%7s %255s", method, path) != 2) {
+        respond(fd, 400, "text/plain", "bad request\n", 12);
+        return;
+    }
+    char *q = strchr(path, '?');
+    if (q)
+        *q = 0;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        respond(fd, 405, "text/plain", "GET only\n", 9);
+        return;
+    }
+    if (!strcmp(path, "/healthz")) {
+        respond(fd, 200, "text/plain", "ok\n", 3);
+    } else if (!strcmp(path, "/readyz")) {
+        bool ready = atomic_load(&s->domain_lo) || atomic_load(&s->domain_hi);
+        if (ready)
+            respond(fd, 200, "text/plain", "ready\n", 6);
+        else
+            respond(fd, 503, "text/plain", "not ready\n", 10);
+    } else if (!strcmp(path, "/status")) {
+        size_t n = render_status(s, rsp, RSP_MAX);
+        respond(fd, 200, "application/json", rsp, n);
+    } else if (!strcmp(path, "/metrics")) {
+        size_t n = render_metrics(s, rsp, RSP_MAX);
+        respond(fd, 200, "text/plain; version=0.0.4", rsp, n);
+    } else {
+        respond(fd, 404, "text/plain", "not found\n", 10);
+    }
+}
+
+static void *admin_main(void *arg)
+{
+    struct tk_server *s = arg;
+    pthread_setname_np(pthread_self(), "tk-admin");
+    char *rsp = malloc(RSP_MAX);
+    TK_ASSERT(rsp != NULL);
+    while (!atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
+        struct pollfd pfd = {.fd = admin_fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        int fd = accept4(admin_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        serve(s, fd, rsp);
+        close(fd);
+    }
+    free(rsp);
+    return NULL;
+}
+
+int tk_admin_start(struct tk_server *s)
+{
+    admin_fd = tk_listen(s->opt.bind, s->opt.admin_port, false);
+    if (admin_fd < 0) {
+        tk_log(TK_LOG_ERROR, "cannot listen on admin port %s:%u: %s", s->opt.bind,
+               s->opt.admin_port, strerror(errno));
+        return TK_EIO;
+    }
+    if (pthread_create(&admin_thread, NULL, admin_main, s) != 0)
+        return TK_EIO;
+    return TK_OK;
+}
+
+void tk_admin_join(struct tk_server *s)
+{
+    (void)s;
+    pthread_join(admin_thread, NULL);
+    close(admin_fd);
+}

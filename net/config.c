@@ -1,0 +1,206 @@
+/* Flag and environment parsing for ticketingd. One table lists every
+ * option, its environment variable, its bounds and its help line, so the
+ * three cannot drift apart. */
+#include "net/config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum opt_kind { OPT_STR, OPT_U32, OPT_U64, OPT_BOOL };
+
+struct opt {
+    const char *name; /* flag without "--"; env is TICKETING_ + upper(name) */
+    enum opt_kind kind;
+    size_t off;
+    size_t size;      /* strings: buffer size */
+    uint64_t min, max;
+    const char *help;
+};
+
+#define O(f) offsetof(struct tk_options, f)
+#define S(f) sizeof(((struct tk_options *)0)->f)
+static const struct opt opts[] = {
+    {"bind", OPT_STR, O(bind), S(bind), 0, 0, "listen address (default 0.0.0.0)"},
+    {"port", OPT_U32, O(port), 0, 1, 65533, "client port (default 7400)"},
+    {"peer-port", OPT_U32, O(peer_port), 0, 1, 65535, "Raft peer port (default port+1)"},
+    {"admin-port", OPT_U32, O(admin_port), 0, 1, 65535, "admin HTTP port (default port+2)"},
+    {"advertise", OPT_STR, O(advertise), S(advertise), 0, 0, "client host:port as clients reach it"},
+    {"peers", OPT_STR, O(peers), S(peers), 0, 0, "peer host:port of every member (3 or 5)"},
+    {"client-secret-file", OPT_STR, O(client_secret_file), S(client_secret_file), 0, 0,
+     "file holding the client secret (required)"},
+    {"peer-secret-file", OPT_STR, O(peer_secret_file), S(peer_secret_file), 0, 0,
+     "file holding the peer secret (required with --peers)"},
+    {"tls-cert", OPT_STR, O(tls_cert), S(tls_cert), 0, 0, "TLS certificate (PEM)"},
+    {"tls-key", OPT_STR, O(tls_key), S(tls_key), 0, 0, "TLS private key (PEM)"},
+    {"tls-ca", OPT_STR, O(tls_ca), S(tls_ca), 0, 0, "TLS CA bundle for peers/clients (PEM)"},
+    {"threads", OPT_U32, O(threads), 0, 1, 64, "worker threads (default: number of cores)"},
+    {"heartbeat-ms", OPT_U32, O(heartbeat_ms), 0, 1, 10000, "Raft heartbeat (default 100)"},
+    {"election-ms", OPT_U32, O(election_ms), 0, 10, 60000,
+     "Raft election timeout, drawn in [ms, ms+100] (default 2400)"},
+    {"force-new-domain", OPT_BOOL, O(force_new_domain), 0, 0, 1,
+     "bootstrap a new fencing domain even if a peer belongs to one"},
+    {"log-level", OPT_U32, O(log_level), 0, 0, 3, "0 error, 1 warn, 2 info, 3 debug (default 2)"},
+    {"max-connections", OPT_U32, O(max_connections), 0, 1, 1000000,
+     "client connections (default 10000)"},
+    {"max-inflight", OPT_U32, O(max_inflight), 0, 1, 1000000,
+     "requests in flight per connection (default 4096)"},
+    {"max-waiters-per-key", OPT_U32, O(max_waiters_per_key), 0, 1, 100000000,
+     "queued acquires per key (default 4096)"},
+    {"max-waiters", OPT_U64, O(max_waiters), 0, 1, UINT64_C(1) << 40,
+     "queued acquires in all (default 1000000)"},
+    {"max-keys", OPT_U64, O(max_keys), 0, 1, UINT64_C(1) << 40, "keys in the table (default 10000000)"},
+    {"max-log-entries", OPT_U64, O(max_log_entries), 0, 16, UINT64_C(1) << 32,
+     "Raft log entries kept in memory (default 65536)"},
+    {"max-frame-bytes", OPT_U32, O(max_frame_bytes), 0, 4096, 16u << 20,
+     "largest peer frame (default 16 MiB)"},
+    {"handshake-ms", OPT_U32, O(handshake_ms), 0, 100, 600000,
+     "time allowed for the handshake (default 5000)"},
+};
+#undef O
+#undef S
+
+static void defaults(struct tk_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    strcpy(o->bind, "0.0.0.0");
+    o->port = 7400;
+    o->heartbeat_ms = 100;
+    o->election_ms = 2400;
+    o->log_level = 2;
+    o->max_connections = 10000;
+    o->max_inflight = 4096;
+    o->max_waiters_per_key = 4096;
+    o->max_waiters = 1000000;
+    o->max_keys = 10000000;
+    o->max_log_entries = 65536;
+    o->max_frame_bytes = 16u << 20;
+    o->handshake_ms = 5000;
+}
+
+static int set(struct tk_options *o, const struct opt *op, const char *val, const char *src,
+               char *err, size_t errlen)
+{
+    char *base = (char *)o + op->off;
+    if (op->kind == OPT_STR) {
+        if (strlen(val) >= op->size) {
+            snprintf(err, errlen, "%s: value too long", src);
+            return -1;
+        }
+        strcpy(base, val);
+        return 0;
+    }
+    if (op->kind == OPT_BOOL) {
+        if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "yes")) {
+            *(bool *)base = true;
+        } else if (!strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "no")) {
+            *(bool *)base = false;
+        } else {
+            snprintf(err, errlen, "%s: expected true or false, got '%s'", src, val);
+            return -1;
+        }
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(val, &end, 10);
+    if (errno || end == val || *end || val[0] == '-' || v < op->min || v > op->max) {
+        snprintf(err, errlen, "%s: expected an integer in %llu..%llu, got '%s'", src,
+                 (unsigned long long)op->min, (unsigned long long)op->max, val);
+        return -1;
+    }
+    if (op->kind == OPT_U32)
+        *(uint32_t *)base = (uint32_t)v;
+    else
+        *(uint64_t *)base = (uint64_t)v;
+    return 0;
+}
+
+static void usage(void)
+{
+    printf("usage: ticketingd [options]\n\n"
+           "Every option can also be set by its environment variable, e.g. --peer-port\n"
+           "as TICKETING_PEER_PORT; flags win over the environment.\n\n");
+    for (size_t i = 0; i < TK_ARRAY_LEN(opts); i++)
+        printf("  --%-22s %s\n", opts[i].name, opts[i].help);
+}
+
+int tk_options_parse(struct tk_options *o, int argc, char **argv, char *err, size_t errlen)
+{
+    defaults(o);
+    for (size_t i = 0; i < TK_ARRAY_LEN(opts); i++) {
+        char env[64] = "TICKETING_";
+        size_t n = strlen(env);
+        for (const char *p = opts[i].name; *p && n < sizeof(env) - 1; p++)
+            env[n++] = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+        env[n] = 0;
+        const char *v = getenv(env);
+        if (v && set(o, &opts[i], v, env, err, errlen) < 0)
+            return -1;
+    }
+    for (int a = 1; a < argc; a++) {
+        const char *arg = argv[a];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            usage();
+            return 1;
+        }
+        if (strncmp(arg, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument '%s' (see --help)", arg);
+            return -1;
+        }
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        const struct opt *op = NULL;
+        for (size_t i = 0; i < TK_ARRAY_LEN(opts); i++)
+            if (strlen(opts[i].name) == nlen && !strncmp(opts[i].name, name, nlen))
+                op = &opts[i];
+        if (!op) {
+            snprintf(err, errlen, "unknown option '%s' (see --help)", arg);
+            return -1;
+        }
+        const char *val = eq ? eq + 1 : NULL;
+        if (!val && op->kind == OPT_BOOL)
+            val = "true";
+        if (!val) {
+            if (a + 1 >= argc) {
+                snprintf(err, errlen, "option '%s' needs a value", arg);
+                return -1;
+            }
+            val = argv[++a];
+        }
+        if (set(o, op, val, arg, err, errlen) < 0)
+            return -1;
+    }
+    if (!o->peer_port)
+        o->peer_port = o->port + 1;
+    if (!o->admin_port)
+        o->admin_port = o->port + 2;
+    if (o->peer_port == o->port || o->admin_port == o->port || o->admin_port == o->peer_port) {
+        snprintf(err, errlen, "client, peer and admin ports must differ");
+        return -1;
+    }
+    if (!o->client_secret_file[0]) {
+        snprintf(err, errlen, "--client-secret-file is required");
+        return -1;
+    }
+    return 0;
+}
+
+int tk_addr_split(const char *addr, char *host, size_t hostlen, uint32_t *port)
+{
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr || (size_t)(colon - addr) >= hostlen)
+        return TK_EINVAL;
+    char *end = NULL;
+    errno = 0;
+    unsigned long v = strtoul(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || v == 0 || v > 65535)
+        return TK_EINVAL;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = 0;
+    *port = (uint32_t)v;
+    return TK_OK;
+}

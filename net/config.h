@@ -1,0 +1,48 @@
+/* ticketingd configuration: flags, matching TICKETING_* environment
+ * variables, and their defaults (SPEC 1, 12-14). */
+#ifndef TK_NET_CONFIG_H
+#define TK_NET_CONFIG_H
+
+#include "core/tk.h"
+
+#define TK_ADDR_MAX 128
+#define TK_PATH_MAX 1024
+#define TK_PEERS_MAX 5
+
+struct tk_options {
+    char bind[TK_ADDR_MAX];      /* listen address for all three ports */
+    uint32_t port;               /* client port */
+    uint32_t peer_port;          /* 0: port + 1 */
+    uint32_t admin_port;         /* 0: port + 2 */
+    char advertise[TK_ADDR_MAX]; /* host:port clients reach; "" = bind:port unless 0.0.0.0 */
+    char peers[TK_ADDR_MAX * TK_PEERS_MAX + 8]; /* comma list of peer addresses */
+    char client_secret_file[TK_PATH_MAX];
+    char peer_secret_file[TK_PATH_MAX];
+    char tls_cert[TK_PATH_MAX];
+    char tls_key[TK_PATH_MAX];
+    char tls_ca[TK_PATH_MAX];
+    uint32_t threads;            /* 0: number of cores */
+    uint32_t heartbeat_ms;
+    uint32_t election_ms;        /* lower bound; the timeout is drawn in [ms, ms + 100] */
+    bool force_new_domain;
+    uint32_t log_level;          /* 0 error, 1 warn, 2 info, 3 debug */
+
+    /* Bounds (SPEC 14). */
+    uint32_t max_connections;
+    uint32_t max_inflight;       /* per connection */
+    uint32_t max_waiters_per_key;
+    uint64_t max_waiters;
+    uint64_t max_keys;
+    uint64_t max_log_entries;
+    uint32_t max_frame_bytes;
+    uint32_t handshake_ms;
+};
+
+/* Fills defaults, then the environment, then argv. Returns 0 on success,
+ * 1 if --help was printed, or -1 with a message in err. */
+int tk_options_parse(struct tk_options *o, int argc, char **argv, char *err, size_t errlen);
+
+/* Splits "host:port". Returns TK_OK or TK_EINVAL. */
+int tk_addr_split(const char *addr, char *host, size_t hostlen, uint32_t *port);
+
+#endif

@@ -1,0 +1,166 @@
+/* ticketingd: parses the configuration, loads secrets, starts the worker,
+ * Raft and admin threads, and stops them cleanly on SIGTERM or SIGINT. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "core/auth.h"
+#include "net/server.h"
+
+static struct tk_server server;
+
+static int count_peers(const char *peers)
+{
+    if (!peers[0])
+        return 0;
+    int n = 1;
+    for (const char *p = peers; *p; p++)
+        n += *p == ',';
+    return n;
+}
+
+static uint64_t random_node_id(void)
+{
+    char hex[TK_AUTH_HEX_LEN + 1];
+    TK_ASSERT(tk_auth_nonce(hex) == TK_OK);
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++)
+        v = (v << 4) | (uint64_t)(hex[i] <= '9' ? hex[i] - '0' : hex[i] - 'a' + 10);
+    return v ? v : 1;
+}
+
+static int setup(struct tk_server *s, int argc, char **argv)
+{
+    char err[512];
+    int rc = tk_options_parse(&s->opt, argc, argv, err, sizeof(err));
+    if (rc == 1)
+        exit(0);
+    if (rc < 0) {
+        fprintf(stderr, "ticketingd: %s\n", err);
+        return 2;
+    }
+    s->node_id = random_node_id();
+    tk_log_init((int)s->opt.log_level, s->node_id);
+    int npeers = count_peers(s->opt.peers);
+    if (npeers != 0 && npeers != 3 && npeers != 5) {
+        tk_log(TK_LOG_ERROR, "--peers lists %d members; a cluster has exactly 3 or 5 "
+                             "(an even count adds cost without fault tolerance)", npeers);
+        return 2;
+    }
+    if (npeers != 0) {
+        tk_log(TK_LOG_ERROR, "cluster mode (--peers) is not built yet; run without --peers");
+        return 2;
+    }
+    if (s->opt.tls_cert[0] || s->opt.tls_key[0] || s->opt.tls_ca[0]) {
+        tk_log(TK_LOG_ERROR, "TLS (--tls-cert/--tls-key/--tls-ca) is not built yet");
+        return 2;
+    }
+    rc = tk_auth_load_secret(s->opt.client_secret_file, s->client_secret,
+                             sizeof(s->client_secret), &s->client_secret_len);
+    if (rc != TK_OK) {
+        tk_log(TK_LOG_ERROR, "client secret %s: %s (a secret is at least %d bytes)",
+               s->opt.client_secret_file, tk_strerror(rc), TK_AUTH_SECRET_MIN);
+        return 2;
+    }
+    if (s->opt.peer_secret_file[0]) {
+        rc = tk_auth_load_secret(s->opt.peer_secret_file, s->peer_secret,
+                                 sizeof(s->peer_secret), &s->peer_secret_len);
+        if (rc != TK_OK) {
+            tk_log(TK_LOG_ERROR, "peer secret %s: %s", s->opt.peer_secret_file,
+                   tk_strerror(rc));
+            return 2;
+        }
+    }
+    if (s->opt.advertise[0]) {
+        char host[TK_ADDR_MAX];
+        uint32_t port;
+        if (tk_addr_split(s->opt.advertise, host, sizeof(host), &port) != TK_OK ||
+            !strcmp(host, "0.0.0.0") || !strcmp(host, "::")) {
+            tk_log(TK_LOG_ERROR, "--advertise must be host:port of a reachable address");
+            return 2;
+        }
+        snprintf(s->advertise, sizeof(s->advertise), "%s", s->opt.advertise);
+    } else if (strcmp(s->opt.bind, "0.0.0.0") != 0 && strcmp(s->opt.bind, "::") != 0) {
+        snprintf(s->advertise, sizeof(s->advertise), "%.100s:%u", s->opt.bind, s->opt.port);
+    } else {
+        char host[TK_ADDR_MAX - 8] = "localhost";
+        gethostname(host, sizeof(host));
+        host[sizeof(host) - 1] = 0;
+        snprintf(s->advertise, sizeof(s->advertise), "%s:%u", host, s->opt.port);
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    s->nworkers = s->opt.threads ? s->opt.threads : (uint32_t)(cores > 0 ? cores : 1);
+    if (s->nworkers > TK_WORKERS_MAX)
+        s->nworkers = TK_WORKERS_MAX;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < s->opt.max_connections + 64u) {
+        rl.rlim_cur = TK_MIN(rl.rlim_max, (rlim_t)s->opt.max_connections + 64u);
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+        if (rl.rlim_cur < s->opt.max_connections + 64u)
+            tk_log(TK_LOG_WARN, "open-file limit %llu is below --max-connections %u",
+                   (unsigned long long)rl.rlim_cur, s->opt.max_connections);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct tk_server *s = &server;
+    int rc = setup(s, argc, argv);
+    if (rc != 0)
+        return rc;
+
+    /* Signals are taken synchronously by the main thread: block them before
+     * any thread starts so every thread inherits the mask. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int err = TK_OK;
+    for (uint32_t i = 0; i < s->nworkers && err == TK_OK; i++)
+        err = tk_worker_create(s, i);
+    if (err == TK_OK)
+        err = tk_raftd_create(s);
+    if (err != TK_OK) {
+        tk_log(TK_LOG_ERROR, "startup failed: %s", tk_strerror(err));
+        return 1;
+    }
+    uint32_t started = 0;
+    bool admin_started = false, raft_started = false;
+    err = tk_admin_start(s);
+    admin_started = err == TK_OK;
+    if (err == TK_OK)
+        err = tk_raftd_start(s);
+    raft_started = admin_started && err == TK_OK;
+    for (; started < s->nworkers && err == TK_OK; started++)
+        err = tk_worker_start(s, started);
+    if (err == TK_OK) {
+        tk_log(TK_LOG_INFO,
+               "ticketingd serving clients on %s:%u (admin %u), %u workers, standalone, "
+               "advertised as %s",
+               s->opt.bind, s->opt.port, s->opt.admin_port, s->nworkers, s->advertise);
+        int sig = 0;
+        sigwait(&set, &sig);
+        tk_log(TK_LOG_INFO, "signal %d: shutting down", sig);
+    }
+    atomic_store(&s->stopping, 1);
+    for (uint32_t i = 0; i < started; i++)
+        tk_worker_join(s, i);
+    if (raft_started)
+        tk_raftd_join(s);
+    if (admin_started)
+        tk_admin_join(s);
+    for (uint32_t i = 0; i < s->nworkers; i++)
+        tk_worker_destroy(s, i);
+    tk_raftd_destroy(s);
+    tk_log(TK_LOG_INFO, "stopped");
+    return err == TK_OK ? 0 : 1;
+}

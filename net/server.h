@@ -1,0 +1,154 @@
+/* The ticketingd process: worker threads (io_uring loop + connections +
+ * one lock-table shard each), the Raft thread, the admin thread, and the
+ * bounded rings between them (ARCHITECTURE.md "Threads and ownership").
+ *
+ * Ownership: a worker touches only its own connections and shard; the Raft
+ * thread only the log and peer sockets. They talk through SPSC rings:
+ *   workers[i]->to_worker[j]  requests, replies, closes between shards
+ *   workers[i]->to_raft       proposals            (worker i -> raft)
+ *   raft->to_worker[i]        committed commands and role changes
+ * The admin thread reads published counters (relaxed atomics) only.
+ */
+#ifndef TK_NET_SERVER_H
+#define TK_NET_SERVER_H
+
+#include <stdatomic.h>
+
+#include "core/cmd.h"
+#include "net/config.h"
+#include "net/ring.h"
+
+#define TK_WORKERS_MAX 64
+#define TK_RING_BYTES (1u << 20)
+
+/* Message kinds on the rings. */
+enum tk_msg_kind {
+    TK_MSG_REQ = 1,   /* worker -> worker: a client request for the target's shard */
+    TK_MSG_REPLY,     /* worker -> worker: a reply for one of the target's clients */
+    TK_MSG_CLOSED,    /* worker -> worker: a client connection closed */
+    TK_MSG_PROPOSE,   /* worker -> raft: an encoded tk_cmd to replicate */
+    TK_MSG_APPLY,     /* raft -> worker: an encoded committed tk_cmd (token set) */
+    TK_MSG_ROLE,      /* raft -> worker: struct tk_msg_role */
+};
+
+/* Sent to every worker after the last entry it must apply before the role
+ * takes effect (a new leader serves only once its log is applied). */
+struct tk_msg_role {
+    uint8_t leader;          /* 1: this node leads and serves clients */
+    char leader_addr[TK_ADDR_MAX]; /* client address of the leader, "" if unknown */
+};
+
+/* Connection reference carried with requests: worker | slot | generation. */
+static inline uint64_t tk_client_ref(uint32_t worker, uint32_t slot, uint32_t gen)
+{
+    return ((uint64_t)worker << 56) | ((uint64_t)(slot & 0xffffffu) << 32) | gen;
+}
+static inline uint32_t tk_client_worker(uint64_t ref)
+{
+    return (uint32_t)(ref >> 56);
+}
+static inline uint32_t tk_client_slot(uint64_t ref)
+{
+    return (uint32_t)(ref >> 32) & 0xffffffu;
+}
+static inline uint32_t tk_client_gen(uint64_t ref)
+{
+    return (uint32_t)ref;
+}
+
+/* Counters a worker publishes for /metrics (relaxed atomics). */
+#define TK_WSTAT_MAP(X) \
+    X(conns_open, gauge, "client connections open") \
+    X(conns_accepted, counter, "client connections accepted") \
+    X(conns_rejected, counter, "connections refused by the connection bound") \
+    X(auth_failures, counter, "failed handshakes") \
+    X(handshake_timeouts, counter, "handshakes not finished in time") \
+    X(req_acquire, counter, "acquire requests") \
+    X(req_release, counter, "release requests") \
+    X(req_query, counter, "query requests") \
+    X(req_ping, counter, "ping requests") \
+    X(req_invalid, counter, "requests answered E") \
+    X(res_granted, counter, "G responses") \
+    X(res_timeout, counter, "T responses") \
+    X(res_busy, counter, "B responses") \
+    X(res_released, counter, "R responses") \
+    X(res_not_held, counter, "N responses") \
+    X(res_query, counter, "Q responses") \
+    X(conn_errors, counter, "connections closed by a connection-level error") \
+    X(moved, counter, "connections answered M") \
+    X(inflight_paused, counter, "times a connection hit the in-flight bound") \
+    X(keys, gauge, "keys in the lock table") \
+    X(held, gauge, "keys held") \
+    X(waiters, gauge, "queued acquires") \
+    X(deferred, gauge, "requests waiting behind an in-flight proposal") \
+    X(in_flight, gauge, "keys with a proposal in flight") \
+    X(grants, counter, "grants applied (handoffs included)") \
+    X(handoffs, counter, "handoffs applied") \
+    X(releases, counter, "releases applied") \
+    X(expiries, counter, "lease expiries applied") \
+    X(busy_bound, counter, "B answers caused by a bound") \
+    X(ring_full, counter, "times a ring was full and a message waited in overflow")
+
+#define TK_WSTAT_ENUM(name, type, help) TK_WSTAT_##name,
+enum { TK_WSTAT_MAP(TK_WSTAT_ENUM) TK_WSTAT_COUNT };
+#undef TK_WSTAT_ENUM
+
+struct tk_worker;
+struct tk_raftd;
+
+struct tk_server {
+    struct tk_options opt;
+    uint8_t client_secret[4096];
+    size_t client_secret_len;
+    uint8_t peer_secret[4096];
+    size_t peer_secret_len;
+    uint64_t node_id;
+    char advertise[TK_ADDR_MAX];
+
+    uint32_t nworkers;
+    struct tk_worker *workers[TK_WORKERS_MAX];
+    struct tk_raftd *raft;
+
+    _Atomic int stopping;
+    _Atomic uint64_t conns;          /* client connections open (bound) */
+    _Atomic uint64_t domain_lo, domain_hi; /* fencing domain, 0 until known */
+    _Atomic uint64_t wstats[TK_WORKERS_MAX][TK_WSTAT_COUNT];
+};
+
+/* Workers (net/worker.c). */
+int tk_worker_create(struct tk_server *s, uint32_t idx);
+int tk_worker_start(struct tk_server *s, uint32_t idx);
+void tk_worker_join(struct tk_server *s, uint32_t idx);
+void tk_worker_destroy(struct tk_server *s, uint32_t idx);
+/* The ring and wakeup a producer uses to reach worker idx. */
+struct tk_ring *tk_worker_inbox_from_raft(struct tk_server *s, uint32_t idx);
+struct tk_ring *tk_worker_outbox_to_raft(struct tk_server *s, uint32_t idx);
+struct tk_wake *tk_worker_wake(struct tk_server *s, uint32_t idx);
+
+/* The Raft thread (net/raftd.c). */
+int tk_raftd_create(struct tk_server *s);
+int tk_raftd_start(struct tk_server *s);
+void tk_raftd_join(struct tk_server *s);
+void tk_raftd_destroy(struct tk_server *s);
+struct tk_wake *tk_raftd_wake(struct tk_server *s);
+/* Appends the Raft metrics / status JSON fields (thread-safe readers). */
+size_t tk_raftd_metrics(struct tk_server *s, char *buf, size_t cap);
+size_t tk_raftd_status(struct tk_server *s, char *buf, size_t cap);
+
+/* The admin HTTP thread (net/admin.c). */
+int tk_admin_start(struct tk_server *s);
+void tk_admin_join(struct tk_server *s);
+
+/* Logging to stderr, one event per line (net/log.c). */
+enum { TK_LOG_ERROR, TK_LOG_WARN, TK_LOG_INFO, TK_LOG_DEBUG };
+void tk_log_init(int level, uint64_t node_id);
+void tk_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Monotonic and wall clocks in microseconds (net/log.c). */
+uint64_t tk_now_us(void);
+uint64_t tk_wall_us(void);
+
+/* Listening socket helper: SO_REUSEADDR, optional SO_REUSEPORT, backlog. */
+int tk_listen(const char *host, uint32_t port, bool reuseport);
+
+#endif

@@ -1,0 +1,158 @@
+/* The lock table of one shard: a pure state machine (SPEC 4.5, 6).
+ *
+ * It owns the keys that hash to its shard. Two layers of state:
+ *  - committed: per key the holder (owner, token, lease, when this node
+ *    applied the grant). Changed only by tk_lock_apply() of a committed
+ *    command, identical on every node.
+ *  - leader-only: FIFO waiter queues, the one proposal in flight per key,
+ *    requests deferred behind it, lease and wait deadlines. Dropped when the
+ *    node stops being leader (a new leader has no waiters).
+ *
+ * Inputs: a client request, a committed command, the time (timers), a
+ * closed connection, a role change. Outputs go to a sink: replies to clients
+ * and commands to propose. Nothing inside reads a clock, touches a socket or
+ * takes a lock; one thread (the shard's worker) owns a table.
+ *
+ * Bounds: keys in the table, waiters per key, waiters in the table. A full
+ * bound answers B and changes nothing.
+ */
+#ifndef TK_SHARD_LOCK_H
+#define TK_SHARD_LOCK_H
+
+#include "core/cmd.h"
+#include "core/tk.h"
+
+/* A client request, already validated by the parser (SPEC 5). */
+struct tk_lock_req {
+    char type;           /* 'A' acquire, 'R' release, 'Q' query */
+    uint64_t client;     /* opaque reply target (connection reference), != 0 */
+    uint64_t id;         /* request id, echoed in the reply */
+    const char *key;
+    size_t key_len;
+    const char *owner;   /* A, R */
+    size_t owner_len;
+    uint32_t lease_ms;   /* A */
+    uint32_t wait_ms;    /* A */
+    uint64_t token;      /* R */
+};
+
+/* A reply to send on the client's connection. Pointers are valid only during
+ * the sink call. */
+struct tk_lock_reply {
+    char type;           /* 'G' 'T' 'B' 'R' 'N' 'Q' */
+    uint64_t client;
+    uint64_t id;
+    uint64_t token;      /* G; Q (0 when free) */
+    uint32_t waiters;    /* Q */
+    const char *owner;   /* Q: holder, NULL when free */
+    size_t owner_len;
+};
+
+struct tk_lock_sink {
+    /* A reply to a client; called only for committed state (SPEC 4.5). */
+    void (*reply)(void *ctx, const struct tk_lock_reply *r);
+    /* A command to propose (token 0; the Raft thread assigns it). The table
+     * marks the key IN-FLIGHT before calling; the command comes back through
+     * tk_lock_apply() once committed. */
+    void (*propose)(void *ctx, const struct tk_cmd *c);
+    void *ctx;
+};
+
+struct tk_lock_limits {
+    uint64_t keys_max;            /* keys present in the table */
+    uint32_t waiters_per_key_max; /* queue length of one key */
+    uint64_t waiters_max;         /* waiters in the whole table */
+};
+
+struct tk_lock_stats {
+    uint64_t keys;       /* keys present (held, in flight, or with waiters) */
+    uint64_t held;       /* keys with a committed holder */
+    uint64_t waiters;    /* queued acquires (leader) */
+    uint64_t deferred;   /* R/Q waiting behind an in-flight proposal */
+    uint64_t in_flight;  /* keys with a proposal in flight */
+    uint64_t grants;     /* committed GRANT + HANDOFF applied */
+    uint64_t handoffs;   /* committed HANDOFF applied */
+    uint64_t releases;   /* committed RELEASE applied */
+    uint64_t expiries;   /* committed EXPIRE, and HANDOFF after expiry */
+    uint64_t timeouts;   /* T replies */
+    uint64_t busy;       /* B replies */
+    uint64_t busy_bound; /* B replies because a bound was reached */
+};
+
+struct tk_lock_table;
+
+/* Creates an empty table, follower role. Returns NULL on allocation failure. */
+struct tk_lock_table *tk_lock_create(const struct tk_lock_limits *limits);
+void tk_lock_destroy(struct tk_lock_table *t);
+
+/* Lease deadlines. The leader that applies a grant counts the lease from
+ * that moment; every other node adds a margin for clock-rate drift, so a
+ * new leader expires late, never early (SPEC 6). */
+#define TK_LOCK_DRIFT_US(lease_ms) ((uint64_t)(lease_ms) + 50000u)
+
+/* Role changes. tk_lock_lead() must be called only once every committed
+ * entry known to this node has been applied (the Raft thread sends it after
+ * the new leader's first entry is applied). tk_lock_follow() drops all
+ * leader-only state without replies (the caller closes client connections
+ * with M). Lease deadlines stay valid across both. */
+void tk_lock_lead(struct tk_lock_table *t, uint64_t now_us);
+void tk_lock_follow(struct tk_lock_table *t);
+bool tk_lock_is_leader(const struct tk_lock_table *t);
+
+/* A client request on the leader (SPEC 6 matrix). The request must be valid
+ * (SPEC 5; asserted). Returns:
+ *  - TK_OK: the request gets exactly one reply, now or later (unless its
+ *    client closes or the node stops leading first). Bounds reached answer
+ *    B and return TK_OK.
+ *  - TK_ENOTLEADER: this table is a follower; nothing changed, no reply
+ *    (the caller sends M and closes).
+ *  - TK_EFULL: an R or Q had to wait behind a proposal in flight but
+ *    waiters_max requests are already waiting so; nothing changed, no reply
+ *    (the caller sends `E - overload` and closes, SPEC 14).
+ *  - TK_ENOMEM: out of memory; nothing changed, no reply (likewise). */
+int tk_lock_request(struct tk_lock_table *t, uint64_t now_us, const struct tk_lock_req *req,
+                    const struct tk_lock_sink *sink);
+
+/* Applies a committed command (every node, in log order). On the leader it
+ * completes the proposal in flight for the key (replies G/R), then grants to
+ * the queue head if the key became free, proposes a due expiry, and
+ * re-evaluates deferred requests. A command that contradicts the committed
+ * state (a grant on a held key, a release of a token that is not the
+ * holder's) is a corrupt log: the table panics. */
+void tk_lock_apply(struct tk_lock_table *t, uint64_t now_us, const struct tk_cmd *c,
+                   const struct tk_lock_sink *sink);
+
+/* Fires due timers on the leader: waiters whose wait ran out get T; holders
+ * whose lease ran out get an EXPIRE or HANDOFF proposed. Does nothing on a
+ * follower. */
+void tk_lock_tick(struct tk_lock_table *t, uint64_t now_us, const struct tk_lock_sink *sink);
+
+/* Earliest time tk_lock_tick() has work, or UINT64_MAX. */
+uint64_t tk_lock_next_deadline(const struct tk_lock_table *t);
+
+/* A client connection closed: its waiters and deferred requests are removed
+ * silently; what it holds stays held (the lease is the safety net). */
+void tk_lock_client_closed(struct tk_lock_table *t, uint64_t client);
+
+void tk_lock_stats(const struct tk_lock_table *t, struct tk_lock_stats *out);
+
+/* Calls fn for every committed holder (snapshots). */
+void tk_lock_each_holder(const struct tk_lock_table *t,
+                         void (*fn)(void *ctx, const struct tk_cmd *grant), void *ctx);
+
+/* Drops all state, committed included (before installing a snapshot). The
+ * role is kept; cumulative counters in the stats are kept. */
+void tk_lock_clear(struct tk_lock_table *t);
+
+/* Installs one holder from a snapshot (a GRANT from tk_lock_each_holder()
+ * on another node), on a follower, after tk_lock_clear(). Unlike
+ * tk_lock_apply() it does not require tokens to rise from one call to the
+ * next (a snapshot lists holders in table order); it requires the key to be
+ * free and raises the table's token floor to the largest token seen. The
+ * lease counts from now_us plus the drift margin: late, never early. */
+void tk_lock_restore(struct tk_lock_table *t, uint64_t now_us, const struct tk_cmd *grant);
+
+/* O(n) consistency check of every structure; panics on corruption. */
+void tk_lock_check(const struct tk_lock_table *t);
+
+#endif

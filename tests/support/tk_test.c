@@ -1,0 +1,383 @@
+/* Test support: real ticketingd processes and a line client. */
+#include "tests/support/tk_test.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/auth.h"
+#include "core/proto.h"
+
+uint64_t tk_test_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static bool port_free(uint32_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return ok;
+}
+
+uint32_t tk_free_port3(void)
+{
+    static uint64_t state;
+    if (!state)
+        state = (uint64_t)getpid() * 2654435761u ^ tk_test_ms();
+    for (int tries = 0; tries < 1000; tries++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t p = 20000u + (uint32_t)((state >> 33) % 40000u);
+        if (port_free(p) && port_free(p + 1) && port_free(p + 2))
+            return p;
+    }
+    return 0;
+}
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fputs(text, f);
+    fclose(f);
+    chmod(path, 0600);
+    return 0;
+}
+
+int tk_node_prepare(struct tk_node *n, uint32_t port)
+{
+    memset(n, 0, sizeof(*n));
+    n->pid = -1;
+    n->port = port;
+    snprintf(n->dir, sizeof(n->dir), "/tmp/tk-test-XXXXXX");
+    if (!mkdtemp(n->dir))
+        return -1;
+    snprintf(n->secret_file, sizeof(n->secret_file), "%s/client.secret", n->dir);
+    snprintf(n->peer_secret_file, sizeof(n->peer_secret_file), "%s/peer.secret", n->dir);
+    snprintf(n->log_file, sizeof(n->log_file), "%s/ticketingd.log", n->dir);
+    if (write_file(n->secret_file, TK_TEST_SECRET "\n") < 0 ||
+        write_file(n->peer_secret_file, "peer-secret-for-tests-0123456789\n") < 0)
+        return -1;
+    return 0;
+}
+
+int tk_node_spawn(struct tk_node *n, const char *const *extra_args)
+{
+    char port[16];
+    snprintf(port, sizeof(port), "%u", n->port);
+    const char *argv[64];
+    int a = 0;
+    argv[a++] = TK_BIN_DIR "/ticketingd";
+    argv[a++] = "--bind";
+    argv[a++] = "127.0.0.1";
+    argv[a++] = "--port";
+    argv[a++] = port;
+    argv[a++] = "--client-secret-file";
+    argv[a++] = n->secret_file;
+    for (int i = 0; extra_args && extra_args[i] && a < 62; i++)
+        argv[a++] = extra_args[i];
+    argv[a] = NULL;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int fd = open(n->log_file, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 2);
+            dup2(fd, 1);
+            close(fd);
+        }
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    n->pid = pid;
+    return 0;
+}
+
+bool tk_node_alive(struct tk_node *n)
+{
+    if (n->pid <= 0)
+        return false;
+    int st;
+    pid_t r = waitpid(n->pid, &st, WNOHANG);
+    if (r == n->pid) {
+        n->pid = -1;
+        return false;
+    }
+    return true;
+}
+
+int tk_node_wait_port(struct tk_node *n, int timeout_ms)
+{
+    uint64_t end = tk_test_ms() + (uint64_t)timeout_ms;
+    while (tk_test_ms() < end) {
+        if (!tk_node_alive(n))
+            return -1;
+        struct tk_tc c;
+        if (tk_tc_connect(&c, n->port) == 0) {
+            char line[256];
+            int r = tk_tc_line(&c, line, sizeof(line), 500);
+            tk_tc_close(&c);
+            if (r > 0)
+                return 0;
+        }
+        usleep(20000);
+    }
+    return -1;
+}
+
+int tk_node_start(struct tk_node *n, const char *const *extra_args)
+{
+    for (int attempt = 0; attempt < 5; attempt++) {
+        uint32_t port = tk_free_port3();
+        if (!port || tk_node_prepare(n, port) < 0)
+            return -1;
+        if (tk_node_spawn(n, extra_args) < 0)
+            return -1;
+        if (tk_node_wait_port(n, 10000) == 0)
+            return 0;
+        tk_node_stop(n, SIGKILL, 2000);
+        tk_node_cleanup(n); /* maybe a port race: try other ports */
+    }
+    return -1;
+}
+
+int tk_node_stop(struct tk_node *n, int sig, int timeout_ms)
+{
+    if (n->pid <= 0)
+        return -1;
+    kill(n->pid, sig);
+    uint64_t end = tk_test_ms() + (uint64_t)timeout_ms;
+    int st = 0;
+    for (;;) {
+        pid_t r = waitpid(n->pid, &st, WNOHANG);
+        if (r == n->pid)
+            break;
+        if (tk_test_ms() >= end) {
+            kill(n->pid, SIGKILL);
+            waitpid(n->pid, &st, 0);
+            n->pid = -1;
+            return -1;
+        }
+        usleep(5000);
+    }
+    n->pid = -1;
+    return st;
+}
+
+void tk_node_cleanup(struct tk_node *n)
+{
+    if (n->pid > 0)
+        tk_node_stop(n, SIGKILL, 2000);
+    if (!n->dir[0])
+        return;
+    if (getenv("TK_KEEP_LOGS")) {
+        fprintf(stderr, "node logs kept in %s\n", n->dir);
+        return;
+    }
+    unlink(n->secret_file);
+    unlink(n->peer_secret_file);
+    unlink(n->log_file);
+    rmdir(n->dir);
+    n->dir[0] = 0;
+}
+
+int tk_tc_connect(struct tk_tc *c, uint32_t port)
+{
+    memset(c, 0, sizeof(*c) - sizeof(c->buf));
+    c->len = 0;
+    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c->fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        close(c->fd);
+        c->fd = -1;
+        return -1;
+    }
+    int one = 1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return 0;
+}
+
+void tk_tc_close(struct tk_tc *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+}
+
+int tk_tc_send_raw(struct tk_tc *c, const void *p, size_t n)
+{
+    const char *q = p;
+    while (n > 0) {
+        ssize_t w = send(c->fd, q, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        q += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int tk_tc_send(struct tk_tc *c, const char *fmt, ...)
+{
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return -1;
+    return tk_tc_send_raw(c, line, (size_t)n);
+}
+
+int tk_tc_line(struct tk_tc *c, char *out, size_t cap, int timeout_ms)
+{
+    uint64_t end = tk_test_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        char *nl = memchr(c->buf, '\n', c->len);
+        if (nl) {
+            size_t n = (size_t)(nl - c->buf);
+            size_t k = n < cap - 1 ? n : cap - 1;
+            memcpy(out, c->buf, k);
+            out[k] = 0;
+            memmove(c->buf, nl + 1, c->len - n - 1);
+            c->len -= n + 1;
+            return (int)k;
+        }
+        uint64_t now = tk_test_ms();
+        if (now >= end)
+            return -1;
+        if (c->len == sizeof(c->buf))
+            return -2;
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        int r = poll(&pfd, 1, (int)(end - now));
+        if (r <= 0)
+            continue;
+        ssize_t got = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return -2;
+        c->len += (size_t)got;
+    }
+}
+
+bool tk_tc_closed(struct tk_tc *c, int timeout_ms)
+{
+    uint64_t end = tk_test_ms() + (uint64_t)timeout_ms;
+    char tmp[4096];
+    for (;;) {
+        uint64_t now = tk_test_ms();
+        if (now >= end)
+            return false;
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        if (poll(&pfd, 1, (int)(end - now)) <= 0)
+            continue;
+        ssize_t got = recv(c->fd, tmp, sizeof(tmp), 0);
+        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
+            return true;
+    }
+}
+
+int tk_tc_handshake(struct tk_tc *c, const char *secret)
+{
+    char line[512];
+    if (tk_tc_line(c, line, sizeof(line), 5000) < 0)
+        return -1;
+    const char *snonce;
+    if (!tk_proto_parse_banner(line, strlen(line), false, &snonce))
+        return -1;
+    char sn[TK_AUTH_HEX_LEN + 1], cn[TK_AUTH_HEX_LEN + 1], proof[TK_AUTH_HEX_LEN + 1];
+    memcpy(sn, snonce, TK_AUTH_HEX_LEN);
+    sn[TK_AUTH_HEX_LEN] = 0;
+    if (tk_auth_nonce(cn) != TK_OK)
+        return -1;
+    tk_auth_proof((const uint8_t *)secret, strlen(secret), false, sn, cn, proof);
+    if (tk_tc_send(c, "AUTH %s %s\n", cn, proof) < 0)
+        return -1;
+    if (tk_tc_line(c, line, sizeof(line), 5000) < 0)
+        return -1;
+    snprintf(c->ok_line, sizeof(c->ok_line), "%s", line);
+    const char *sproof;
+    uint64_t domain[2];
+    if (!tk_proto_parse_ok(line, strlen(line), &sproof, &c->node_id, domain))
+        return -1;
+    char expect[TK_AUTH_HEX_LEN + 1];
+    tk_auth_proof((const uint8_t *)secret, strlen(secret), true, sn, cn, expect);
+    if (memcmp(expect, sproof, TK_AUTH_HEX_LEN) != 0)
+        return -1;
+    return 0;
+}
+
+int tk_tc_open(struct tk_tc *c, uint32_t port, const char *secret)
+{
+    if (tk_tc_connect(c, port) < 0)
+        return -1;
+    if (tk_tc_handshake(c, secret) < 0) {
+        tk_tc_close(c);
+        return -1;
+    }
+    return 0;
+}
+
+int tk_http_get(uint32_t port, const char *path, char *out, size_t cap)
+{
+    struct tk_tc *c = malloc(sizeof(*c));
+    if (!c)
+        return -1;
+    int status = -1;
+    if (tk_tc_connect(c, port) == 0 &&
+        tk_tc_send(c, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path) == 0) {
+        size_t len = 0;
+        char *resp = malloc(1 << 20);
+        uint64_t end = tk_test_ms() + 5000;
+        while (resp && len < (1 << 20) - 1 && tk_test_ms() < end) {
+            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+            if (poll(&pfd, 1, 100) <= 0)
+                continue;
+            ssize_t got = recv(c->fd, resp + len, (1 << 20) - 1 - len, 0);
+            if (got <= 0)
+                break;
+            len += (size_t)got;
+        }
+        if (resp) {
+            resp[len] = 0;
+            if (sscanf(resp, "HTTP/1.1 %d", &status) != 1)
+                status = -1;
+            char *body = strstr(resp, "\r\n\r\n");
+            if (body && cap) {
+                snprintf(out, cap, "%s", body + 4);
+            }
+            free(resp);
+        }
+    }
+    tk_tc_close(c);
+    free(c);
+    return status;
+}
