@@ -14,7 +14,22 @@
  * takes a lock; one thread (the shard's worker) owns a table.
  *
  * Bounds: keys in the table, waiters per key, waiters in the table. A full
- * bound answers B and changes nothing.
+ * bound answers B and changes nothing. R/Q requests waiting behind a
+ * proposal in flight have their own budget of waiters_max (see
+ * tk_lock_request()).
+ *
+ * Threads: one thread (the shard's worker) owns a table and makes every
+ * call; nothing is shared. Sink callbacks run inside the table's calls and
+ * must not call back into the table: they should only queue the reply or
+ * the proposal.
+ *
+ * Costs: lookups O(1) (hash index with incremental rehash), timers O(log n)
+ * (heap), tk_lock_next_deadline() O(1), tk_lock_client_closed() O(that
+ * client's requests), tk_lock_lead() O(1), tk_lock_follow() O(waiters +
+ * deferred + keys in flight). Allocation: one per key and one per waiter or
+ * deferred request, plus amortized growth of the index and timer arrays.
+ * Memory: under 200 bytes per held key beyond the key bytes (see
+ * shard/lock_internal.h for the layout).
  */
 #ifndef TK_SHARD_LOCK_H
 #define TK_SHARD_LOCK_H
@@ -49,11 +64,19 @@ struct tk_lock_reply {
 };
 
 struct tk_lock_sink {
-    /* A reply to a client; called only for committed state (SPEC 4.5). */
+    /* A reply to a client; called only for committed state (SPEC 4.5).
+     * The G or R for a proposal already in flight is sent even if its
+     * client closed meanwhile (tk_lock_client_closed() removes only waiting
+     * requests): the caller drops replies to connections that are gone, so
+     * a client reference must not be reused for a new connection while a
+     * reply to the old one can still come (e.g. slot + generation). */
     void (*reply)(void *ctx, const struct tk_lock_reply *r);
     /* A command to propose (token 0; the Raft thread assigns it). The table
      * marks the key IN-FLIGHT before calling; the command comes back through
-     * tk_lock_apply() once committed. */
+     * tk_lock_apply() once committed. The proposal must not be lost while
+     * this node leads: the key stays IN-FLIGHT until it is applied or
+     * tk_lock_follow() is called, so a proposal the Raft side cannot take
+     * means stepping down. */
     void (*propose)(void *ctx, const struct tk_cmd *c);
     void *ctx;
 };
@@ -81,20 +104,23 @@ struct tk_lock_stats {
 
 struct tk_lock_table;
 
-/* Creates an empty table, follower role. Returns NULL on allocation failure. */
+/* Creates an empty table, follower role. Returns NULL on allocation failure.
+ * keys_max and waiters_max above TK_TIMER_MAX (2^32 - 2) are clamped to it. */
 struct tk_lock_table *tk_lock_create(const struct tk_lock_limits *limits);
 void tk_lock_destroy(struct tk_lock_table *t);
 
 /* Lease deadlines. The leader that applies a grant counts the lease from
  * that moment; every other node adds a margin for clock-rate drift, so a
  * new leader expires late, never early (SPEC 6). */
-#define TK_LOCK_DRIFT_US(lease_ms) ((uint64_t)(lease_ms) + 50000u)
+#define TK_LOCK_DRIFT_US(lease_ms) ((uint64_t)(lease_ms) + 50000u) /* 0.1% + 50 ms */
 
 /* Role changes. tk_lock_lead() must be called only once every committed
  * entry known to this node has been applied (the Raft thread sends it after
  * the new leader's first entry is applied). tk_lock_follow() drops all
  * leader-only state without replies (the caller closes client connections
- * with M). Lease deadlines stay valid across both. */
+ * with M); a lease timer that came due while its key was in flight is
+ * re-armed, so the holder expires under the next leadership. Lease
+ * deadlines stay valid across both; both calls are idempotent. */
 void tk_lock_lead(struct tk_lock_table *t, uint64_t now_us);
 void tk_lock_follow(struct tk_lock_table *t);
 bool tk_lock_is_leader(const struct tk_lock_table *t);
@@ -118,16 +144,27 @@ int tk_lock_request(struct tk_lock_table *t, uint64_t now_us, const struct tk_lo
  * the queue head if the key became free, proposes a due expiry, and
  * re-evaluates deferred requests. A command that contradicts the committed
  * state (a grant on a held key, a release of a token that is not the
- * holder's) is a corrupt log: the table panics. */
+ * holder's, a grant with token 0 or with a token not above every token
+ * applied before) is a corrupt log: the table panics. On the leader every
+ * applied command must be the key's proposal in flight (same type and
+ * old_token), which holds because only the leader proposes and
+ * tk_lock_lead() comes after every earlier entry was applied; anything
+ * else panics too. A follower applies silently. Out of memory while
+ * applying (a new key or a longer owner) panics: a committed entry cannot
+ * be skipped. */
 void tk_lock_apply(struct tk_lock_table *t, uint64_t now_us, const struct tk_cmd *c,
                    const struct tk_lock_sink *sink);
 
-/* Fires due timers on the leader: waiters whose wait ran out get T; holders
- * whose lease ran out get an EXPIRE or HANDOFF proposed. Does nothing on a
- * follower. */
+/* Fires due timers on the leader, in deadline order (a wait before a lease
+ * on a tie): waiters whose wait ran out get T; holders whose lease ran out
+ * get an EXPIRE or HANDOFF proposed (or, if the key is IN-FLIGHT, nothing:
+ * the proposal in flight removes that holder anyway). Does nothing on a
+ * follower. The work is proportional to the timers due. */
 void tk_lock_tick(struct tk_lock_table *t, uint64_t now_us, const struct tk_lock_sink *sink);
 
-/* Earliest time tk_lock_tick() has work, or UINT64_MAX. */
+/* Earliest time tk_lock_tick() may have work (UINT64_MAX on a follower or
+ * when there is none). It may be a lease of a key in flight, for which the
+ * tick then does nothing: an early wake-up, never a late one. O(1). */
 uint64_t tk_lock_next_deadline(const struct tk_lock_table *t);
 
 /* A client connection closed: its waiters and deferred requests are removed
@@ -136,7 +173,8 @@ void tk_lock_client_closed(struct tk_lock_table *t, uint64_t client);
 
 void tk_lock_stats(const struct tk_lock_table *t, struct tk_lock_stats *out);
 
-/* Calls fn for every committed holder (snapshots). */
+/* Calls fn for every committed holder (snapshots), as a GRANT with the
+ * holder's token, owner and lease_ms. fn must not modify the table. O(keys). */
 void tk_lock_each_holder(const struct tk_lock_table *t,
                          void (*fn)(void *ctx, const struct tk_cmd *grant), void *ctx);
 

@@ -1,0 +1,721 @@
+/* The lock table: client requests, committed commands, timers and role
+ * changes (SPEC 4.5, 6). See lock.h for the contract and lock_internal.h for
+ * the memory layout.
+ *
+ * Key states on the leader: FREE (no holder; such a key is not even in the
+ * index unless a proposal is in flight for it), HELD (k->token != 0) and
+ * IN-FLIGHT (k->flight != 0: one proposal for the key is in the Raft log and
+ * not yet applied; its requesters wait in k->grant_* / k->release_*). The
+ * invariants tk_lock_check() verifies include: waiters only on a HELD or
+ * IN-FLIGHT key (a free key never has waiters), deferred requests only on an
+ * IN-FLIGHT key, and a lease timer for every HELD key that is not IN-FLIGHT.
+ */
+#include "shard/lock_internal.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define US_PER_MS 1000u
+
+#define LOCK_CONTAINER(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/* ---- Rings --------------------------------------------------------------- */
+
+void lock_ring_append(struct lock_req **head, struct lock_req *r)
+{
+    if (*head == NULL) {
+        r->prev = r->next = r;
+        *head = r;
+        return;
+    }
+    struct lock_req *h = *head;
+    struct lock_req *tail = h->prev;
+    r->prev = tail;
+    r->next = h;
+    tail->next = r;
+    h->prev = r;
+}
+
+void lock_ring_remove(struct lock_req **head, struct lock_req *r)
+{
+    TK_ASSERT(*head != NULL);
+    if (r->next == r) {
+        TK_ASSERT(*head == r);
+        *head = NULL;
+    } else {
+        r->prev->next = r->next;
+        r->next->prev = r->prev;
+        if (*head == r)
+            *head = r->next;
+    }
+    r->prev = r->next = NULL;
+}
+
+/* ---- Small helpers ------------------------------------------------------- */
+
+static void lock_reply(const struct tk_lock_sink *sink,
+                       char type,
+                       uint64_t client,
+                       uint64_t id,
+                       uint64_t token)
+{
+    struct tk_lock_reply r = {.type = type, .client = client, .id = id, .token = token};
+    sink->reply(sink->ctx, &r);
+}
+
+static void lock_reply_busy(struct tk_lock_table *t,
+                            const struct tk_lock_req *req,
+                            bool bound,
+                            const struct tk_lock_sink *sink)
+{
+    t->counters.busy++;
+    if (bound)
+        t->counters.busy_bound++;
+    lock_reply(sink, 'B', req->client, req->id, 0);
+}
+
+/* A key that holds nothing (no holder, waiter, deferred request or proposal)
+ * leaves the table. */
+static void lock_key_maybe_free(struct tk_lock_table *t, struct lock_key *k)
+{
+    if (k->token != 0 || k->flight != 0 || k->waiters != NULL || k->deferred != NULL)
+        return;
+    TK_ASSERT(k->nwaiters == 0);
+    lock_key_free(t, k);
+}
+
+static bool lock_holder_is(const struct lock_key *k,
+                           const char *owner,
+                           size_t owner_len,
+                           uint64_t token)
+{
+    return k->token != 0 && k->token == token && k->owner_len == owner_len &&
+           memcmp(lock_key_owner(k), owner, owner_len) == 0;
+}
+
+static void lock_flight_end(struct tk_lock_table *t, struct lock_key *k)
+{
+    TK_ASSERT(k->flight != 0);
+    TK_ASSERT(k->flight_slot < t->nflight);
+    TK_ASSERT(t->flight[k->flight_slot] == k);
+    struct lock_key *last = t->flight[--t->nflight];
+    t->flight[k->flight_slot] = last;
+    last->flight_slot = k->flight_slot;
+    k->flight_slot = LOCK_NONE;
+    k->flight = 0;
+}
+
+/* Marks the key IN-FLIGHT and hands the command to the Raft side. The
+ * caller has set the requesters (k->grant_*, k->release_*). */
+static void lock_propose(struct tk_lock_table *t,
+                         struct lock_key *k,
+                         uint8_t type,
+                         bool expired,
+                         const char *owner,
+                         size_t owner_len,
+                         uint32_t lease_ms,
+                         const struct tk_lock_sink *sink)
+{
+    TK_ASSERT(t->leader);
+    TK_ASSERT(k->flight == 0);
+    /* A grant needs a FREE key; the other three remove the current holder. */
+    TK_ASSERT((type == TK_CMD_GRANT) == (k->token == 0));
+    struct tk_cmd c = {0};
+    c.type = type;
+    c.key_len = k->key_len;
+    c.expired = expired ? 1 : 0;
+    c.old_token = k->token;
+    memcpy(c.key, k->bytes, k->key_len);
+    if (type == TK_CMD_GRANT || type == TK_CMD_HANDOFF) {
+        c.owner_len = (uint8_t)owner_len;
+        c.lease_ms = lease_ms;
+        memcpy(c.owner, owner, owner_len);
+    }
+    TK_DEBUG_ASSERT(tk_cmd_check(&c) == TK_OK);
+    /* Room for every key was reserved when the key was created. */
+    TK_ASSERT(t->nflight < t->flight_cap);
+    k->flight = (uint8_t)(type | (expired ? LOCK_FLIGHT_EXPIRED : 0));
+    k->flight_slot = (uint32_t)t->nflight;
+    t->flight[t->nflight++] = k;
+    sink->propose(sink->ctx, &c);
+}
+
+static void lock_waiter_remove(struct tk_lock_table *t, struct lock_req *r)
+{
+    struct lock_key *k = r->key;
+    TK_ASSERT(r->type == 'A');
+    TK_ASSERT(k->nwaiters > 0);
+    tk_timer_remove(&t->waits, r->wait_slot);
+    lock_ring_remove(&k->waiters, r);
+    lock_client_remove(&t->clients, r);
+    k->nwaiters--;
+    t->nwaiters--;
+    tk_timer_trim(&t->waits, t->nwaiters);
+}
+
+/* Proposes GRANT (FREE key) or HANDOFF (HELD key) to the head waiter, who
+ * stops being a waiter: its wait deadline no longer applies (SPEC 6). */
+static void lock_grant_head(struct tk_lock_table *t,
+                            struct lock_key *k,
+                            bool expired,
+                            const struct tk_lock_sink *sink)
+{
+    struct lock_req *w = k->waiters;
+    TK_ASSERT(w != NULL);
+    lock_waiter_remove(t, w);
+    k->grant_client = w->client;
+    k->grant_id = w->id;
+    uint8_t type = k->token == 0 ? TK_CMD_GRANT : TK_CMD_HANDOFF;
+    lock_propose(t, k, type, expired, w->owner, w->owner_len, w->lease_ms, sink);
+    free(w);
+}
+
+/* The holder's lease ran out (its timer is already off the heap). */
+static void lock_expire(struct tk_lock_table *t,
+                        struct lock_key *k,
+                        const struct tk_lock_sink *sink)
+{
+    TK_ASSERT(k->token != 0);
+    TK_ASSERT(k->flight == 0);
+    TK_ASSERT(k->lease_slot == TK_TIMER_NONE);
+    if (k->waiters != NULL)
+        lock_grant_head(t, k, true, sink);
+    else
+        lock_propose(t, k, TK_CMD_EXPIRE, false, NULL, 0, 0, sink);
+}
+
+/* R on a key that is not IN-FLIGHT. */
+static void lock_release_eval(struct tk_lock_table *t,
+                              struct lock_key *k,
+                              uint64_t client,
+                              uint64_t id,
+                              const char *owner,
+                              size_t owner_len,
+                              uint64_t token,
+                              const struct tk_lock_sink *sink)
+{
+    TK_ASSERT(k->flight == 0);
+    if (!lock_holder_is(k, owner, owner_len, token)) {
+        lock_reply(sink, 'N', client, id, 0);
+        return;
+    }
+    k->release_client = client;
+    k->release_id = id;
+    if (k->waiters != NULL)
+        lock_grant_head(t, k, false, sink);
+    else
+        lock_propose(t, k, TK_CMD_RELEASE, false, NULL, 0, 0, sink);
+    TK_ASSERT(k->flight != 0);
+}
+
+/* Q on a key that is not IN-FLIGHT (k may be NULL: not in the table). */
+static void lock_query_eval(const struct lock_key *k,
+                            uint64_t client,
+                            uint64_t id,
+                            const struct tk_lock_sink *sink)
+{
+    struct tk_lock_reply r = {.type = 'Q', .client = client, .id = id};
+    if (k != NULL && k->token != 0) {
+        r.token = k->token;
+        r.waiters = k->nwaiters;
+        r.owner = lock_key_owner(k);
+        r.owner_len = k->owner_len;
+    } else {
+        /* SPEC 3: a free key has no waiters. */
+        TK_ASSERT(k == NULL || k->nwaiters == 0);
+    }
+    sink->reply(sink->ctx, &r);
+}
+
+static struct lock_req *lock_req_new(const struct tk_lock_req *req, struct lock_key *k)
+{
+    size_t owner_len = req->type == 'Q' ? 0 : req->owner_len;
+    struct lock_req *r = malloc(sizeof(*r) + owner_len);
+    if (r == NULL)
+        return NULL;
+    memset(r, 0, sizeof(*r));
+    r->key = k;
+    r->client = req->client;
+    r->id = req->id;
+    r->token = req->type == 'R' ? req->token : 0;
+    r->wait_slot = TK_TIMER_NONE;
+    r->lease_ms = req->type == 'A' ? req->lease_ms : 0;
+    r->type = req->type;
+    r->owner_len = (uint8_t)owner_len;
+    if (owner_len > 0) /* a Q has no owner, and memcpy from NULL is undefined */
+        memcpy(r->owner, req->owner, owner_len);
+    return r;
+}
+
+/* ---- Requests ------------------------------------------------------------ */
+
+static int lock_defer(struct tk_lock_table *t, struct lock_key *k, const struct tk_lock_req *req)
+{
+    TK_ASSERT(k->flight != 0);
+    if (t->ndeferred >= t->limits.waiters_max)
+        return TK_EFULL;
+    if (lock_clients_reserve(&t->clients) != TK_OK)
+        return TK_ENOMEM;
+    struct lock_req *r = lock_req_new(req, k);
+    if (r == NULL)
+        return TK_ENOMEM;
+    lock_ring_append(&k->deferred, r);
+    lock_client_add(&t->clients, r);
+    t->ndeferred++;
+    return TK_OK;
+}
+
+static int lock_acquire(struct tk_lock_table *t,
+                        uint64_t now_us,
+                        const struct tk_lock_req *req,
+                        uint32_t hash,
+                        struct lock_key *k,
+                        const struct tk_lock_sink *sink)
+{
+    if (k == NULL) {
+        /* FREE: grant at once. */
+        if (t->nkeys >= t->limits.keys_max) {
+            lock_reply_busy(t, req, true, sink);
+            return TK_OK;
+        }
+        k = lock_key_new(t, hash, req->key, req->key_len, req->owner_len);
+        if (k == NULL)
+            return TK_ENOMEM;
+        k->grant_client = req->client;
+        k->grant_id = req->id;
+        lock_propose(t, k, TK_CMD_GRANT, false, req->owner, req->owner_len, req->lease_ms, sink);
+        return TK_OK;
+    }
+    /* A key in the index is HELD or IN-FLIGHT (a FREE one would be gone). */
+    TK_ASSERT(k->token != 0 || k->flight != 0);
+    if (req->wait_ms == 0) {
+        lock_reply_busy(t, req, false, sink);
+        return TK_OK;
+    }
+    if (k->nwaiters >= t->limits.waiters_per_key_max || t->nwaiters >= t->limits.waiters_max) {
+        lock_reply_busy(t, req, true, sink);
+        return TK_OK;
+    }
+    if (tk_timer_reserve(&t->waits, t->nwaiters + 1) != TK_OK)
+        return TK_ENOMEM;
+    if (lock_clients_reserve(&t->clients) != TK_OK)
+        return TK_ENOMEM;
+    struct lock_req *r = lock_req_new(req, k);
+    if (r == NULL)
+        return TK_ENOMEM;
+    lock_ring_append(&k->waiters, r);
+    k->nwaiters++;
+    t->nwaiters++;
+    tk_timer_push(&t->waits, now_us + (uint64_t)req->wait_ms * US_PER_MS, &r->wait_slot);
+    lock_client_add(&t->clients, r);
+    return TK_OK;
+}
+
+int tk_lock_request(struct tk_lock_table *t,
+                    uint64_t now_us,
+                    const struct tk_lock_req *req,
+                    const struct tk_lock_sink *sink)
+{
+    /* The parser validated the fields (SPEC 5); a bad one here is a bug. */
+    TK_ASSERT(req->client != 0);
+    TK_ASSERT(req->key_len >= 1);
+    TK_ASSERT(req->key_len <= TK_KEY_LEN_MAX);
+    if (req->type != 'Q') {
+        TK_ASSERT(req->owner_len >= 1);
+        TK_ASSERT(req->owner_len <= TK_OWNER_LEN_MAX);
+    }
+    if (req->type == 'A') {
+        TK_ASSERT(req->lease_ms >= TK_LEASE_MS_MIN);
+        TK_ASSERT(req->lease_ms <= TK_LEASE_MS_MAX);
+        TK_ASSERT(req->wait_ms <= TK_WAIT_MS_MAX);
+    }
+    if (!t->leader)
+        return TK_ENOTLEADER;
+    uint32_t hash = lock_hash(req->key, req->key_len);
+    struct lock_key *k = lock_key_find(t, hash, req->key, req->key_len);
+    switch (req->type) {
+        case 'A':
+            return lock_acquire(t, now_us, req, hash, k, sink);
+        case 'R':
+            if (k != NULL && k->flight != 0)
+                return lock_defer(t, k, req);
+            if (k == NULL)
+                lock_reply(sink, 'N', req->client, req->id, 0);
+            else
+                lock_release_eval(t, k, req->client, req->id, req->owner, req->owner_len,
+                                  req->token, sink);
+            return TK_OK;
+        case 'Q':
+            if (k != NULL && k->flight != 0)
+                return lock_defer(t, k, req);
+            lock_query_eval(k, req->client, req->id, sink);
+            return TK_OK;
+        default:
+            tk_panic(__FILE__, __LINE__, "unknown lock request type");
+    }
+}
+
+/* ---- Committed commands -------------------------------------------------- */
+
+/* Installs a holder from a GRANT or HANDOFF: a new token, owner and lease,
+ * counted from now (plus the drift margin off the leader). Returns the key,
+ * which may have moved to fit a longer owner. */
+static struct lock_key *lock_holder_set(struct tk_lock_table *t,
+                                        struct lock_key *k,
+                                        uint64_t now_us,
+                                        const struct tk_cmd *c)
+{
+    k = lock_key_fit_owner(t, k, c->owner_len);
+    TK_ASSERT(k != NULL && "out of memory applying a committed grant");
+    if (k->token == 0)
+        t->nheld++;
+    k->token = c->token;
+    k->lease_ms = c->lease_ms;
+    k->owner_len = c->owner_len;
+    memcpy(k->bytes + k->key_len, c->owner, c->owner_len);
+    uint64_t due = now_us + (uint64_t)c->lease_ms * US_PER_MS;
+    if (!t->leader)
+        due += TK_LOCK_DRIFT_US(c->lease_ms);
+    k->lease_due_us = due;
+    if (k->lease_slot == TK_TIMER_NONE)
+        tk_timer_push(&t->leases, due, &k->lease_slot); /* room reserved per key */
+    else
+        tk_timer_update(&t->leases, k->lease_slot, due);
+    TK_ASSERT(k->lease_slot != TK_TIMER_NONE);
+    return k;
+}
+
+static void lock_holder_clear(struct tk_lock_table *t, struct lock_key *k)
+{
+    TK_ASSERT(k->token != 0);
+    TK_ASSERT(t->nheld > 0);
+    if (k->lease_slot != TK_TIMER_NONE)
+        tk_timer_remove(&t->leases, k->lease_slot);
+    k->token = 0;
+    k->lease_ms = 0;
+    k->lease_due_us = 0;
+    k->owner_len = 0;
+    t->nheld--;
+}
+
+/* After a proposal of this leader committed: the next step for the key. */
+static void lock_advance(struct tk_lock_table *t,
+                         struct lock_key *k,
+                         uint64_t now_us,
+                         const struct tk_lock_sink *sink)
+{
+    TK_ASSERT(k->flight == 0);
+    if (k->token == 0 && k->waiters != NULL) {
+        /* Never leave a FREE key with waiters: the head gets it next. */
+        lock_grant_head(t, k, false, sink);
+    } else if (k->token != 0 && k->lease_due_us <= now_us) {
+        if (k->lease_slot != TK_TIMER_NONE)
+            tk_timer_remove(&t->leases, k->lease_slot);
+        lock_expire(t, k, sink);
+    }
+    /* Deferred R/Q in arrival order, against the state just committed, until
+     * one of them starts a new proposal (SPEC 4.5). */
+    while (k->deferred != NULL && k->flight == 0) {
+        struct lock_req *r = k->deferred;
+        lock_ring_remove(&k->deferred, r);
+        lock_client_remove(&t->clients, r);
+        t->ndeferred--;
+        if (r->type == 'R')
+            lock_release_eval(t, k, r->client, r->id, r->owner, r->owner_len, r->token, sink);
+        else
+            lock_query_eval(k, r->client, r->id, sink);
+        free(r);
+    }
+    lock_key_maybe_free(t, k);
+}
+
+/* The leader's own proposal for k committed: answer its requesters. */
+static void lock_settle(struct tk_lock_table *t,
+                        struct lock_key *k,
+                        uint64_t now_us,
+                        const struct tk_cmd *c,
+                        const struct tk_lock_sink *sink)
+{
+    uint64_t rel_client = k->release_client;
+    uint64_t rel_id = k->release_id;
+    uint64_t grant_client = k->grant_client;
+    uint64_t grant_id = k->grant_id;
+    k->release_client = k->release_id = k->grant_client = k->grant_id = 0;
+    lock_flight_end(t, k);
+    bool released = c->type == TK_CMD_RELEASE || (c->type == TK_CMD_HANDOFF && !c->expired);
+    TK_ASSERT((rel_client != 0) == released);
+    TK_ASSERT((grant_client != 0) == tk_cmd_grants(c));
+    if (rel_client != 0)
+        lock_reply(sink, 'R', rel_client, rel_id, 0);
+    if (grant_client != 0)
+        lock_reply(sink, 'G', grant_client, grant_id, c->token);
+    lock_advance(t, k, now_us, sink);
+}
+
+void tk_lock_apply(struct tk_lock_table *t,
+                   uint64_t now_us,
+                   const struct tk_cmd *c,
+                   const struct tk_lock_sink *sink)
+{
+    /* A command that contradicts the committed state means a corrupt log or
+     * a bug upstream: crash rather than grant a key twice. */
+    TK_ASSERT(tk_cmd_check(c) == TK_OK);
+    bool grants = tk_cmd_grants(c);
+    if (grants) {
+        TK_ASSERT(c->token != 0);
+        TK_ASSERT(c->token > t->max_token);
+    }
+    uint32_t hash = lock_hash(c->key, c->key_len);
+    struct lock_key *k = lock_key_find(t, hash, c->key, c->key_len);
+    if (t->leader) {
+        /* Only the leader proposes, and tk_lock_lead() comes after every
+         * earlier entry was applied: this is the key's proposal in flight. */
+        TK_ASSERT(k != NULL);
+        TK_ASSERT(k->flight != 0);
+        TK_ASSERT(LOCK_FLIGHT_TYPE(k->flight) == c->type);
+        TK_ASSERT(((k->flight & LOCK_FLIGHT_EXPIRED) != 0) == (c->expired != 0));
+    }
+    switch (c->type) {
+        case TK_CMD_GRANT:
+            if (k == NULL) {
+                k = lock_key_new(t, hash, c->key, c->key_len, c->owner_len);
+                TK_ASSERT(k != NULL && "out of memory applying a committed grant");
+            }
+            TK_ASSERT(k->token == 0);
+            k = lock_holder_set(t, k, now_us, c);
+            break;
+        case TK_CMD_HANDOFF:
+            TK_ASSERT(k != NULL);
+            TK_ASSERT(k->token != 0);
+            TK_ASSERT(k->token == c->old_token);
+            k = lock_holder_set(t, k, now_us, c);
+            t->counters.handoffs++;
+            t->counters.expiries += c->expired;
+            break;
+        default: /* RELEASE, EXPIRE (tk_cmd_check knows no other type) */
+            TK_ASSERT(k != NULL);
+            TK_ASSERT(k->token != 0);
+            TK_ASSERT(k->token == c->old_token);
+            lock_holder_clear(t, k);
+            if (c->type == TK_CMD_RELEASE)
+                t->counters.releases++;
+            else
+                t->counters.expiries++;
+            break;
+    }
+    if (grants) {
+        t->max_token = c->token;
+        t->counters.grants++;
+    }
+    if (t->leader)
+        lock_settle(t, k, now_us, c, sink); /* replies and the key's next step */
+    else
+        lock_key_maybe_free(t, k); /* a follower's apply is silent */
+}
+
+void tk_lock_restore(struct tk_lock_table *t, uint64_t now_us, const struct tk_cmd *grant)
+{
+    TK_ASSERT(!t->leader);
+    TK_ASSERT(tk_cmd_check(grant) == TK_OK);
+    TK_ASSERT(grant->type == TK_CMD_GRANT);
+    TK_ASSERT(grant->token != 0);
+    uint32_t hash = lock_hash(grant->key, grant->key_len);
+    struct lock_key *k = lock_key_find(t, hash, grant->key, grant->key_len);
+    TK_ASSERT(k == NULL && "snapshot lists a key twice");
+    k = lock_key_new(t, hash, grant->key, grant->key_len, grant->owner_len);
+    TK_ASSERT(k != NULL && "out of memory restoring a snapshot");
+    lock_holder_set(t, k, now_us, grant);
+    t->max_token = TK_MAX(t->max_token, grant->token);
+}
+
+/* ---- Timers -------------------------------------------------------------- */
+
+static void lock_wait_fire(struct tk_lock_table *t, const struct tk_lock_sink *sink)
+{
+    struct lock_req *r = LOCK_CONTAINER(tk_timer_top(&t->waits), struct lock_req, wait_slot);
+    struct lock_key *k = r->key;
+    lock_waiter_remove(t, r);
+    t->counters.timeouts++;
+    lock_reply(sink, 'T', r->client, r->id, 0);
+    free(r);
+    lock_key_maybe_free(t, k);
+}
+
+static void lock_lease_fire(struct tk_lock_table *t, const struct tk_lock_sink *sink)
+{
+    struct lock_key *k = LOCK_CONTAINER(tk_timer_top(&t->leases), struct lock_key, lease_slot);
+    TK_ASSERT(k->token != 0);
+    tk_timer_remove(&t->leases, k->lease_slot);
+    if (k->flight == 0) {
+        lock_expire(t, k, sink);
+        return;
+    }
+    /* IN-FLIGHT: the proposal removes this holder (RELEASE, HANDOFF or
+     * EXPIRE; a GRANT is never in flight on a held key), so the expiry is
+     * moot once it commits. The timer stays parked off the heap;
+     * tk_lock_follow() re-arms it if the proposal is dropped. */
+    TK_ASSERT(LOCK_FLIGHT_TYPE(k->flight) != TK_CMD_GRANT);
+}
+
+void tk_lock_tick(struct tk_lock_table *t, uint64_t now_us, const struct tk_lock_sink *sink)
+{
+    if (!t->leader)
+        return;
+    /* Every round removes one timer and adds none, so this ends. Timers fire
+     * in deadline order; on a tie the waiter's T comes first. */
+    for (;;) {
+        uint64_t wait_due = tk_timer_next(&t->waits);
+        uint64_t lease_due = tk_timer_next(&t->leases);
+        if (TK_MIN(wait_due, lease_due) > now_us)
+            break;
+        if (wait_due <= lease_due)
+            lock_wait_fire(t, sink);
+        else
+            lock_lease_fire(t, sink);
+    }
+    TK_ASSERT(tk_lock_next_deadline(t) > now_us);
+}
+
+uint64_t tk_lock_next_deadline(const struct tk_lock_table *t)
+{
+    if (!t->leader)
+        return UINT64_MAX;
+    return TK_MIN(tk_timer_next(&t->waits), tk_timer_next(&t->leases));
+}
+
+/* ---- Clients and roles --------------------------------------------------- */
+
+void tk_lock_client_closed(struct tk_lock_table *t, uint64_t client)
+{
+    TK_ASSERT(client != 0);
+    struct lock_client *e = lock_client_find(&t->clients, client);
+    if (e == NULL)
+        return;
+    /* Detach the whole ring first, then free its requests. */
+    struct lock_req *head = e->head;
+    lock_client_delete(&t->clients, e);
+    struct lock_req *r = head;
+    do {
+        struct lock_req *next = r->cnext;
+        struct lock_key *k = r->key;
+        TK_ASSERT(r->client == client);
+        if (r->type == 'A') {
+            tk_timer_remove(&t->waits, r->wait_slot);
+            lock_ring_remove(&k->waiters, r);
+            k->nwaiters--;
+            t->nwaiters--;
+        } else {
+            lock_ring_remove(&k->deferred, r);
+            t->ndeferred--;
+        }
+        free(r);
+        /* A key with waiters is HELD or IN-FLIGHT and one with deferred
+         * requests IN-FLIGHT: none becomes free here, but check anyway. */
+        lock_key_maybe_free(t, k);
+        r = next;
+    } while (r != head);
+    tk_timer_trim(&t->waits, t->nwaiters);
+    TK_ASSERT(lock_client_find(&t->clients, client) == NULL);
+}
+
+/* Drops waiters, deferred requests and proposals in flight, without replies. */
+static void lock_drop_leader_state(struct tk_lock_table *t)
+{
+    /* Every waiter has a wait timer: walk the heap instead of the keys. */
+    for (uint32_t i = 0; i < t->waits.n; i++) {
+        struct lock_req *r =
+            LOCK_CONTAINER(tk_timer_slot(&t->waits, i), struct lock_req, wait_slot);
+        r->key->waiters = NULL;
+        r->key->nwaiters = 0;
+        free(r);
+    }
+    tk_timer_clear(&t->waits);
+    t->nwaiters = 0;
+    /* Deferred requests exist only on keys in flight. */
+    while (t->nflight > 0) {
+        struct lock_key *k = t->flight[t->nflight - 1];
+        while (k->deferred != NULL) {
+            struct lock_req *r = k->deferred;
+            lock_ring_remove(&k->deferred, r);
+            free(r);
+            t->ndeferred--;
+        }
+        k->grant_client = k->grant_id = k->release_client = k->release_id = 0;
+        lock_flight_end(t, k);
+        /* The dropped proposal may have been an expiry, or the lease may
+         * have come due meanwhile: put a parked lease timer back. */
+        if (k->token != 0 && k->lease_slot == TK_TIMER_NONE)
+            tk_timer_push(&t->leases, k->lease_due_us, &k->lease_slot);
+        lock_key_maybe_free(t, k);
+    }
+    TK_ASSERT(t->ndeferred == 0);
+    lock_clients_fini(&t->clients);
+}
+
+void tk_lock_lead(struct tk_lock_table *t, uint64_t now_us)
+{
+    (void)now_us; /* lease deadlines are already on this node's clock */
+    if (t->leader)
+        return;
+    TK_ASSERT(t->nwaiters == 0);
+    TK_ASSERT(t->ndeferred == 0);
+    TK_ASSERT(t->nflight == 0);
+    t->leader = true;
+}
+
+void tk_lock_follow(struct tk_lock_table *t)
+{
+    lock_drop_leader_state(t);
+    t->leader = false;
+    TK_ASSERT(t->nflight == 0);
+    TK_ASSERT(t->nwaiters == 0);
+}
+
+bool tk_lock_is_leader(const struct tk_lock_table *t)
+{
+    return t->leader;
+}
+
+/* ---- Life cycle ---------------------------------------------------------- */
+
+struct tk_lock_table *tk_lock_create(const struct tk_lock_limits *limits)
+{
+    TK_ASSERT(limits != NULL);
+    struct tk_lock_table *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return NULL;
+    t->limits = *limits;
+    /* Timer back-indices are 32-bit. */
+    t->limits.keys_max = TK_MIN(t->limits.keys_max, (uint64_t)TK_TIMER_MAX);
+    t->limits.waiters_max = TK_MIN(t->limits.waiters_max, (uint64_t)TK_TIMER_MAX);
+    lock_keys_init(t);
+    tk_timer_init(&t->leases);
+    tk_timer_init(&t->waits);
+    TK_ASSERT(!t->leader);
+    TK_ASSERT(t->nkeys == 0);
+    return t;
+}
+
+void tk_lock_clear(struct tk_lock_table *t)
+{
+    lock_drop_leader_state(t);
+    lock_keys_free_all(t);
+    tk_timer_fini(&t->leases);
+    free(t->flight);
+    t->flight = NULL;
+    t->flight_cap = 0;
+    t->nheld = 0;
+    t->max_token = 0;
+    TK_ASSERT(t->nkeys == 0);
+    TK_ASSERT(t->nflight == 0);
+}
+
+void tk_lock_destroy(struct tk_lock_table *t)
+{
+    if (t == NULL)
+        return;
+    tk_lock_clear(t);
+    tk_timer_fini(&t->waits);
+    free(t);
+}

@@ -1,0 +1,171 @@
+/* Internal layout of the lock table, shared by shard/lock*.c only.
+ *
+ * Memory layout (the per-key cost is what matters at 10^6-10^7 keys):
+ *
+ *  - One allocation per key: struct lock_key (96 bytes on LP64) followed by
+ *    the key bytes and then the holder's owner bytes, inline. The owner area
+ *    has a capacity (owner_cap) rounded so that the allocation is a multiple
+ *    of 16 bytes; a later holder with a longer owner reallocates the key
+ *    (lock_key_fit_owner) and every pointer to it is fixed up. Leader-only
+ *    fields (queues, the requesters of the proposal in flight) live in the
+ *    same allocation: 48 bytes that a follower does not use, traded for no
+ *    second allocation on the hot path.
+ *  - Key index: chained hash table, 8-byte bucket heads, load factor between
+ *    1/2 and 1 (incremental rehash, below), the chain link inside the key.
+ *  - Lease timer: one 16-byte heap entry per held key (timer.h).
+ *  - In flight: an array of key pointers (swap-remove) with room for every
+ *    key, 8..16 bytes per key, so that marking a key in flight inside
+ *    apply never allocates (the same holds for the lease heap).
+ *  So a held key with an 18-byte key and an 8-byte owner costs
+ *  128 (allocation, + the allocator's header) + 8..16 (bucket) + 16..32
+ *  (heap) + 8..16 (in-flight room) bytes: tests/unit/test_lock_mem.c
+ *  measures about 178 bytes per key with glibc malloc at 10^6 keys.
+ *
+ *  - One allocation per waiter or deferred request: struct lock_req (80
+ *    bytes) plus the owner bytes. It sits on two rings: its key's FIFO
+ *    (waiters or deferred) and its client's ring, whose head is found through
+ *    an open-addressing index by client (so closing a connection costs only
+ *    that client's requests). A waiter also has a 16-byte wait-heap entry.
+ *
+ * Rings are circular and doubly linked with one head pointer: head->prev is
+ * the tail, so FIFO append, pop and removal from the middle are all O(1).
+ */
+#ifndef TK_SHARD_LOCK_INTERNAL_H
+#define TK_SHARD_LOCK_INTERNAL_H
+
+#include "shard/lock.h"
+#include "shard/timer.h"
+
+#define LOCK_NONE UINT32_MAX
+/* k->flight holds the type of the command in flight; this bit marks a
+ * HANDOFF proposed because the old holder's lease ran out. */
+#define LOCK_FLIGHT_EXPIRED 0x80u
+#define LOCK_FLIGHT_TYPE(f) ((uint8_t)((f)&0x7fu))
+
+struct lock_req;
+
+struct lock_key {
+    struct lock_key *next;     /* hash chain */
+    uint64_t token;            /* committed holder's token; 0 = FREE */
+    uint64_t lease_due_us;     /* holder's lease deadline (apply time + lease [+ margin]) */
+    struct lock_req *waiters;  /* leader: FIFO of queued acquires */
+    struct lock_req *deferred; /* leader: R/Q waiting behind the proposal in flight */
+    uint64_t grant_client;     /* leader: who gets G when the proposal commits; 0 none */
+    uint64_t grant_id;
+    uint64_t release_client; /* leader: who gets R when the proposal commits; 0 none */
+    uint64_t release_id;
+    uint32_t hash;        /* low 32 bits of tk_hash(key) */
+    uint32_t lease_ms;    /* holder's lease */
+    uint32_t lease_slot;  /* back-index into the lease heap, LOCK_NONE if none */
+    uint32_t flight_slot; /* index in the in-flight array, LOCK_NONE if none */
+    uint32_t nwaiters;    /* length of the waiters ring */
+    uint8_t key_len;
+    uint8_t owner_len; /* 0 when FREE */
+    uint8_t owner_cap; /* bytes reserved for the owner after the key */
+    uint8_t flight;    /* leader: enum tk_cmd_type in flight (| EXPIRED), 0 none */
+    char bytes[];      /* key_len key bytes, then owner_cap owner bytes */
+};
+
+static inline const char *lock_key_owner(const struct lock_key *k)
+{
+    return k->bytes + k->key_len;
+}
+
+struct lock_req {
+    struct lock_req *prev, *next;   /* the key's waiter or deferred ring */
+    struct lock_req *cprev, *cnext; /* the client's ring */
+    struct lock_key *key;
+    uint64_t client;
+    uint64_t id;
+    uint64_t token;     /* R */
+    uint32_t wait_slot; /* A: back-index into the wait heap */
+    uint32_t lease_ms;  /* A */
+    char type;          /* 'A' waiter; 'R' or 'Q' deferred */
+    uint8_t owner_len;  /* A, R */
+    char owner[];
+};
+
+/* One bucket array of the key index. */
+struct lock_ht {
+    struct lock_key **b;
+    uint64_t size; /* power of two, or 0 when unused */
+    uint64_t used;
+};
+
+/* Open-addressing (linear probing) index: client -> head of its ring. */
+struct lock_client {
+    uint64_t client; /* 0 = empty slot */
+    struct lock_req *head;
+};
+
+struct lock_clients {
+    struct lock_client *v;
+    uint64_t cap; /* power of two, or 0 */
+    uint64_t used;
+};
+
+struct tk_lock_table {
+    struct tk_lock_limits limits;
+    bool leader;
+    /* Key index: ht[0], and ht[1] while an incremental rehash moves buckets
+     * from ht[0] (those below `rehash` are already moved). */
+    struct lock_ht ht[2];
+    int64_t rehash; /* -1 when not rehashing */
+    uint64_t nkeys;
+    struct tk_timer_heap leases; /* every held key not being expired on the leader */
+    struct tk_timer_heap waits;  /* leader: every waiter */
+    struct lock_key **flight;    /* leader: keys with a proposal in flight */
+    uint64_t nflight;
+    uint64_t flight_cap;
+    struct lock_clients clients;
+    uint64_t nheld;
+    uint64_t nwaiters;
+    uint64_t ndeferred;
+    uint64_t max_token;            /* largest token applied since the last clear */
+    struct tk_lock_stats counters; /* the cumulative fields only */
+};
+
+/* Key index and key memory (lock_keys.c). */
+uint32_t lock_hash(const char *key, size_t key_len);
+struct lock_key *lock_key_find(struct tk_lock_table *t,
+                               uint32_t hash,
+                               const char *key,
+                               size_t key_len);
+/* Allocates and indexes a new key with room for an owner of owner_len bytes,
+ * reserving heap and in-flight room for it. NULL when out of memory. */
+struct lock_key *lock_key_new(struct tk_lock_table *t,
+                              uint32_t hash,
+                              const char *key,
+                              size_t key_len,
+                              size_t owner_len);
+/* Makes room for an owner of owner_len bytes; may move the key (returns the
+ * new address, or NULL when out of memory, the key unchanged). */
+struct lock_key *lock_key_fit_owner(struct tk_lock_table *t, struct lock_key *k, size_t owner_len);
+/* Unindexes and frees a key that holds nothing (no holder, waiters,
+ * deferred requests or proposal in flight). */
+void lock_key_free(struct tk_lock_table *t, struct lock_key *k);
+/* Frees every key and the index (destroy and clear). */
+void lock_keys_free_all(struct tk_lock_table *t);
+void lock_keys_init(struct tk_lock_table *t);
+/* Calls fn for each key; fn must not add or remove keys. */
+void lock_keys_each(const struct tk_lock_table *t,
+                    void (*fn)(void *ctx, struct lock_key *k),
+                    void *ctx);
+
+/* Client index (lock_keys.c). */
+struct lock_client *lock_client_find(struct lock_clients *c, uint64_t client);
+/* Makes room for one more client. TK_OK or TK_ENOMEM. */
+int lock_clients_reserve(struct lock_clients *c);
+/* Adds r at the tail of its client's ring (room reserved). */
+void lock_client_add(struct lock_clients *c, struct lock_req *r);
+/* Unlinks r from its client's ring. */
+void lock_client_remove(struct lock_clients *c, struct lock_req *r);
+/* Removes a whole entry (its ring already emptied by the caller). */
+void lock_client_delete(struct lock_clients *c, struct lock_client *e);
+void lock_clients_fini(struct lock_clients *c);
+
+/* Rings (lock.c). */
+void lock_ring_append(struct lock_req **head, struct lock_req *r);
+void lock_ring_remove(struct lock_req **head, struct lock_req *r);
+
+#endif
