@@ -181,7 +181,7 @@ static void serve(struct tk_server *s, int fd, char *rsp)
     if (!strcmp(path, "/healthz")) {
         respond(fd, 200, "text/plain", "ok\n", 3);
     } else if (!strcmp(path, "/readyz")) {
-        bool ready = atomic_load(&s->domain_lo) || atomic_load(&s->domain_hi);
+        bool ready = tk_raftd_ready(s);
         if (ready)
             respond(fd, 200, "text/plain", "ready\n", 6);
         else

@@ -5,7 +5,7 @@
 
 #include "core/tk.h"
 
-#define TK_ADDR_MAX 128
+#define TK_ADDR_MAX 256
 #define TK_PATH_MAX 1024
 #define TK_PEERS_MAX 5
 

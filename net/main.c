@@ -51,8 +51,8 @@ static int setup(struct tk_server *s, int argc, char **argv)
                              "(an even count adds cost without fault tolerance)", npeers);
         return 2;
     }
-    if (npeers != 0) {
-        tk_log(TK_LOG_ERROR, "cluster mode (--peers) is not built yet; run without --peers");
+    if (npeers != 0 && !s->opt.peer_secret_file[0]) {
+        tk_log(TK_LOG_ERROR, "--peer-secret-file is required with --peers");
         return 2;
     }
     if (s->opt.tls_cert[0] || s->opt.tls_key[0] || s->opt.tls_ca[0]) {
@@ -144,18 +144,22 @@ int main(int argc, char **argv)
         err = tk_worker_start(s, started);
     if (err == TK_OK) {
         tk_log(TK_LOG_INFO,
-               "ticketingd serving clients on %s:%u (admin %u), %u workers, standalone, "
+               "ticketingd listening on %s:%u (peer %u, admin %u), %u workers, %s, "
                "advertised as %s",
-               s->opt.bind, s->opt.port, s->opt.admin_port, s->nworkers, s->advertise);
+               s->opt.bind, s->opt.port, s->opt.peer_port, s->opt.admin_port, s->nworkers,
+               s->opt.peers[0] ? "cluster" : "standalone", s->advertise);
         int sig = 0;
         sigwait(&set, &sig);
         tk_log(TK_LOG_INFO, "signal %d: shutting down", sig);
     }
+    /* The Raft thread hands leadership over first (SIGTERM on a leader),
+     * then sets stopping, which ends the workers. */
+    atomic_store(&s->draining, 1);
+    if (raft_started)
+        tk_raftd_join(s);
     atomic_store(&s->stopping, 1);
     for (uint32_t i = 0; i < started; i++)
         tk_worker_join(s, i);
-    if (raft_started)
-        tk_raftd_join(s);
     if (admin_started)
         tk_admin_join(s);
     for (uint32_t i = 0; i < s->nworkers; i++)

@@ -23,19 +23,53 @@
 
 /* Message kinds on the rings. */
 enum tk_msg_kind {
-    TK_MSG_REQ = 1,   /* worker -> worker: a client request for the target's shard */
-    TK_MSG_REPLY,     /* worker -> worker: a reply for one of the target's clients */
-    TK_MSG_CLOSED,    /* worker -> worker: a client connection closed */
-    TK_MSG_PROPOSE,   /* worker -> raft: an encoded tk_cmd to replicate */
+    TK_MSG_REQ = 1,   /* worker -> worker: struct tk_msg_req, a request for the target's shard */
+    TK_MSG_REPLY,     /* worker -> worker: struct tk_msg_reply for one of the target's clients */
+    TK_MSG_CLOSED,    /* worker -> worker: u64 client reference of a closed connection */
+    TK_MSG_PROPOSE,   /* worker -> raft: u64 epoch | u64 proposed_us | encoded tk_cmd */
+    TK_MSG_READ,      /* worker -> raft: u64 round, a read barrier is wanted */
+    TK_MSG_SNAP_PART, /* worker -> raft: struct tk_msg_snap_part */
     TK_MSG_APPLY,     /* raft -> worker: an encoded committed tk_cmd (token set) */
     TK_MSG_ROLE,      /* raft -> worker: struct tk_msg_role */
+    TK_MSG_READ_DONE, /* raft -> worker: u64 round | u64 ok */
+    TK_MSG_SNAP_REQ,  /* raft -> worker: u64 index, cut a snapshot of the shard */
+    TK_MSG_CLEAR,     /* raft -> worker: drop the whole table (snapshot install) */
+    TK_MSG_RESTORE,   /* raft -> worker: an encoded GRANT from a snapshot */
 };
 
 /* Sent to every worker after the last entry it must apply before the role
- * takes effect (a new leader serves only once its log is applied). */
+ * takes effect (a new leader serves only once its log is applied). Every
+ * role change carries a new epoch; proposals and forwarded requests carry
+ * the epoch they were made in, so nothing from an older leadership is
+ * ever proposed or served in a newer one. */
 struct tk_msg_role {
-    uint8_t leader;          /* 1: this node leads and serves clients */
+    uint64_t epoch;
+    uint8_t leader;                /* 1: this node leads and serves clients */
     char leader_addr[TK_ADDR_MAX]; /* client address of the leader, "" if unknown */
+};
+
+struct tk_msg_req {
+    uint64_t epoch; /* of the sending worker */
+    uint64_t client, id, token;
+    uint32_t lease_ms, wait_ms;
+    uint8_t type, key_len, owner_len;
+    char bytes[]; /* key then owner */
+};
+
+struct tk_msg_reply {
+    uint64_t client, id, token;
+    uint32_t waiters;
+    uint8_t type, owner_len; /* type 'M' / 'X': close the connection with M / overload */
+    char owner[];
+};
+
+/* A shard's part of a snapshot: malloc'd GRANT encodings; the Raft thread
+ * takes ownership of data. */
+struct tk_msg_snap_part {
+    uint64_t index;
+    uint64_t count;
+    uint8_t *data;
+    size_t len;
 };
 
 /* Connection reference carried with requests: worker | slot | generation. */
@@ -87,7 +121,9 @@ static inline uint32_t tk_client_gen(uint64_t ref)
     X(releases, counter, "releases applied") \
     X(expiries, counter, "lease expiries applied") \
     X(busy_bound, counter, "B answers caused by a bound") \
-    X(ring_full, counter, "times a ring was full and a message waited in overflow")
+    X(ring_full, counter, "times a ring was full and a message waited in overflow") \
+    X(reads_held, gauge, "Q/N replies waiting for a read barrier") \
+    X(read_barriers, counter, "read barriers asked of the Raft thread")
 
 #define TK_WSTAT_ENUM(name, type, help) TK_WSTAT_##name,
 enum { TK_WSTAT_MAP(TK_WSTAT_ENUM) TK_WSTAT_COUNT };
@@ -109,6 +145,7 @@ struct tk_server {
     struct tk_worker *workers[TK_WORKERS_MAX];
     struct tk_raftd *raft;
 
+    _Atomic int draining;            /* SIGTERM: hand leadership over, then stop */
     _Atomic int stopping;
     _Atomic uint64_t conns;          /* client connections open (bound) */
     _Atomic uint64_t domain_lo, domain_hi; /* fencing domain, 0 until known */
@@ -131,6 +168,8 @@ int tk_raftd_start(struct tk_server *s);
 void tk_raftd_join(struct tk_server *s);
 void tk_raftd_destroy(struct tk_server *s);
 struct tk_wake *tk_raftd_wake(struct tk_server *s);
+/* A member of a domain that knows its leader (/readyz). */
+bool tk_raftd_ready(struct tk_server *s);
 /* Appends the Raft metrics / status JSON fields (thread-safe readers). */
 size_t tk_raftd_metrics(struct tk_server *s, char *buf, size_t cap);
 size_t tk_raftd_status(struct tk_server *s, char *buf, size_t cap);

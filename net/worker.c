@@ -1,5 +1,5 @@
-/* A worker thread: one io_uring loop, the client connections it accepted,
- * and one lock-table shard (ARCHITECTURE.md).
+/* A worker thread: one io_uring loop, the client connections it accepted
+ * (net/conn.c), and one lock-table shard (ARCHITECTURE.md).
  *
  * Each round of the loop: wait for completions (or the next deadline),
  * handle them (accept, recv, send, wakeup), drain the rings from other
@@ -7,136 +7,24 @@
  * everything batched during the round: sends, messages to other threads,
  * proposals. One syscall submits the round's work and waits for the next.
  *
- * Connection life: accept -> banner -> AUTH checked -> OK (+ M and close
- * when not leader) -> request lines -> close. A connection's bytes pass
- * through conn_stream_in()/conn_stream_out(), the seam where TLS will sit.
+ * Requests are routed to the shard owning their key (hash of the key); a
+ * shard's replies go back to the worker holding the connection. Q and N
+ * replies are held until the Raft thread confirms, with a read barrier,
+ * that this node still led after computing them (SPEC 3: linearizable).
  */
 #include <errno.h>
-#include <liburing.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/auth.h"
-#include "core/proto.h"
-#include "net/server.h"
-#include "shard/lock.h"
+#include "net/worker.h"
 
 #define SQ_ENTRIES 4096
-#define BUF_COUNT 512          /* provided buffers per worker; power of two */
-#define BUF_SIZE 8192
-#define IN_CAP_START 4096
-#define IN_PAUSE_BYTES 65536   /* paused connection: stop receiving beyond this */
-#define IN_CAP_MAX (1u << 20)  /* a paused connection's input never exceeds this */
-#define OUT_PAUSE_BYTES (256u << 10) /* unsent output that pauses reading */
 #define STATS_PERIOD_US 50000
 
-enum op { OP_ACCEPT = 1, OP_RECV, OP_SEND, OP_WAKE, OP_CANCEL };
-enum conn_state { CONN_FREE, CONN_HANDSHAKE, CONN_READY, CONN_CLOSING };
-
-static uint64_t ud_make(enum op op, uint32_t slot, uint32_t gen)
-{
-    return ((uint64_t)op << 56) | ((uint64_t)(slot & 0xffffffu) << 32) | gen;
-}
-
-struct buf {
-    char *p;
-    uint32_t len, cap;
-};
-
-struct conn {
-    int fd;
-    uint32_t slot, gen;
-    uint8_t state;
-    bool recv_armed;     /* a multishot recv is outstanding */
-    bool recv_stopped;   /* paused: recv cancelled until resumed */
-    bool send_inflight;
-    bool cancel_inflight;
-    bool dirty;          /* on the worker's flush list */
-    bool resume;         /* on the worker's resume list */
-    uint32_t inflight;   /* requests without a reply yet */
-    char snonce[TK_AUTH_HEX_LEN + 1];
-    struct buf in;       /* received plaintext, not yet parsed */
-    struct buf out;      /* formatted output, not yet handed to the kernel */
-    struct buf snd;      /* output being sent; snd_off bytes done */
-    uint32_t snd_off;
-    struct conn *next_dirty, *next_resume;
-};
-
-struct hs_deadline {
-    uint32_t slot, gen;
-    uint64_t at_us;
-};
-
-struct tk_worker {
-    struct tk_server *s;
-    uint32_t idx;
-    pthread_t thread;
-    struct io_uring ring;
-    struct tk_wake wake;
-    uint64_t wake_buf;
-    int listen_fd;
-    bool accept_armed;
-
-    struct io_uring_buf_ring *br;
-    char *bufs;
-
-    struct conn **conns;     /* slot -> connection (allocated on first use) */
-    uint32_t nconns_alloc;
-    uint32_t *free_slots;
-    uint32_t nfree;
-    struct hs_deadline *hs;  /* FIFO of handshake deadlines (accept order) */
-    uint32_t hs_head, hs_len, hs_cap;
-    struct conn *dirty, *resume;
-
-    /* Rings: inbox[j] is written by worker j (j != idx); from_raft by raft. */
-    struct tk_ring inbox[TK_WORKERS_MAX];
-    struct tk_ring from_raft;
-    struct tk_ring to_raft_ring;
-    struct tk_outbox to_worker[TK_WORKERS_MAX];
-    struct tk_outbox to_raft;
-
-    struct tk_lock_table *table;
-    struct tk_lock_sink sink;
-    bool leader;
-    bool backlogged;         /* some outbox has overflow: stop parsing input */
-    char leader_addr[TK_ADDR_MAX];
-    uint64_t now_us;
-    uint64_t stats_at;
-    uint64_t stat[TK_WSTAT_COUNT];
-};
-
-/* ------------------------------------------------------------------ */
-/* Buffers */
-
-static void buf_reserve(struct buf *b, uint32_t extra)
-{
-    if (b->len + extra <= b->cap)
-        return;
-    uint32_t cap = b->cap ? b->cap : IN_CAP_START;
-    while (cap < b->len + extra)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    TK_ASSERT(p != NULL);
-    b->p = p;
-    b->cap = cap;
-}
-
-static void buf_free(struct buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof(*b));
-}
-
-/* ------------------------------------------------------------------ */
-/* io_uring submission helpers */
-
-static struct io_uring_sqe *get_sqe(struct tk_worker *w)
+struct io_uring_sqe *worker_sqe(struct tk_worker *w)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
     if (!sqe) {
@@ -149,298 +37,27 @@ static struct io_uring_sqe *get_sqe(struct tk_worker *w)
 
 static void arm_accept(struct tk_worker *w)
 {
-    struct io_uring_sqe *sqe = get_sqe(w);
+    struct io_uring_sqe *sqe = worker_sqe(w);
     io_uring_prep_multishot_accept(sqe, w->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    io_uring_sqe_set_data64(sqe, ud_make(OP_ACCEPT, 0, 0));
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_ACCEPT, 0, 0));
     w->accept_armed = true;
 }
 
 static void arm_wake(struct tk_worker *w)
 {
-    struct io_uring_sqe *sqe = get_sqe(w);
+    struct io_uring_sqe *sqe = worker_sqe(w);
     io_uring_prep_read(sqe, w->wake.fd, &w->wake_buf, sizeof(w->wake_buf), 0);
-    io_uring_sqe_set_data64(sqe, ud_make(OP_WAKE, 0, 0));
-}
-
-static void arm_recv(struct tk_worker *w, struct conn *c)
-{
-    struct io_uring_sqe *sqe = get_sqe(w);
-    io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
-    sqe->flags |= IOSQE_BUFFER_SELECT;
-    sqe->buf_group = 0;
-    io_uring_sqe_set_data64(sqe, ud_make(OP_RECV, c->slot, c->gen));
-    c->recv_armed = true;
-}
-
-static void cancel_recv(struct tk_worker *w, struct conn *c)
-{
-    if (!c->recv_armed || c->cancel_inflight)
-        return;
-    struct io_uring_sqe *sqe = get_sqe(w);
-    io_uring_prep_cancel64(sqe, ud_make(OP_RECV, c->slot, c->gen), 0);
-    io_uring_sqe_set_data64(sqe, ud_make(OP_CANCEL, c->slot, c->gen));
-    c->cancel_inflight = true;
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_WAKE, 0, 0));
 }
 
 /* ------------------------------------------------------------------ */
-/* Connections */
+/* The shard's sink: replies and proposals */
 
-static struct conn *conn_get(struct tk_worker *w, uint32_t slot, uint32_t gen)
+static void send_reply_msg(struct tk_worker *w, uint32_t dst, const struct tk_lock_reply *r)
 {
-    if (slot >= w->nconns_alloc || !w->conns[slot])
-        return NULL;
-    struct conn *c = w->conns[slot];
-    return (c->gen == gen && c->state != CONN_FREE) ? c : NULL;
-}
-
-static void mark_dirty(struct tk_worker *w, struct conn *c)
-{
-    if (!c->dirty) {
-        c->dirty = true;
-        c->next_dirty = w->dirty;
-        w->dirty = c;
-    }
-}
-
-static void mark_resume(struct tk_worker *w, struct conn *c)
-{
-    if (!c->resume) {
-        c->resume = true;
-        c->next_resume = w->resume;
-        w->resume = c;
-    }
-}
-
-/* The TLS seam: plaintext out of the connection goes through here. */
-static void conn_stream_out(struct tk_worker *w, struct conn *c, const char *p, size_t n)
-{
-    buf_reserve(&c->out, (uint32_t)n);
-    memcpy(c->out.p + c->out.len, p, n);
-    c->out.len += (uint32_t)n;
-    mark_dirty(w, c);
-}
-
-static void conn_write_error(struct tk_worker *w, struct conn *c, enum tk_reason r)
-{
-    char line[64];
-    size_t n = tk_proto_fmt_error(line, sizeof(line), false, 0, r);
-    conn_stream_out(w, c, line, n);
-}
-
-static void conn_free_slot(struct tk_worker *w, struct conn *c)
-{
-    TK_ASSERT(!c->recv_armed);
-    TK_ASSERT(!c->send_inflight);
-    if (c->fd >= 0)
-        close(c->fd);
-    c->fd = -1;
-    buf_free(&c->in);
-    buf_free(&c->out);
-    buf_free(&c->snd);
-    c->state = CONN_FREE;
-    c->gen++;
-    if (c->gen == 0)
-        c->gen = 1;
-    w->free_slots[w->nfree++] = c->slot;
-    atomic_fetch_sub_explicit(&w->s->conns, 1, memory_order_relaxed);
-    w->stat[TK_WSTAT_conns_open]--;
-}
-
-/* Finishes a close once the kernel holds no more references to it. */
-static void conn_maybe_release(struct tk_worker *w, struct conn *c)
-{
-    if (c->state != CONN_CLOSING || c->send_inflight || c->dirty)
-        return;
-    if (c->out.len == 0 && c->recv_armed) {
-        /* Everything said: stop the multishot recv; its final CQE releases. */
-        shutdown(c->fd, SHUT_RDWR);
-        cancel_recv(w, c);
-        return;
-    }
-    if (!c->recv_armed && !c->cancel_inflight)
-        conn_free_slot(w, c);
-}
-
-static void notify_closed(struct tk_worker *w, uint64_t ref)
-{
-    for (uint32_t j = 0; j < w->s->nworkers; j++) {
-        if (j == w->idx) {
-            tk_lock_client_closed(w->table, ref);
-            continue;
-        }
-        uint64_t *p = tk_outbox_put(&w->to_worker[j], TK_MSG_CLOSED, sizeof(uint64_t));
-        memcpy(p, &ref, sizeof(ref));
-    }
-}
-
-/* Starts closing: no more input is read; pending output is still sent. */
-static void conn_close(struct tk_worker *w, struct conn *c)
-{
-    if (c->state == CONN_CLOSING || c->state == CONN_FREE)
-        return;
-    bool was_ready = c->state == CONN_READY;
-    c->state = CONN_CLOSING;
-    c->in.len = 0;
-    if (was_ready)
-        notify_closed(w, tk_client_ref(w->idx, c->slot, c->gen));
-    if (c->out.len == 0)
-        cancel_recv(w, c);
-    mark_dirty(w, c); /* flush decides when to release */
-}
-
-static void conn_error(struct tk_worker *w, struct conn *c, enum tk_reason r)
-{
-    conn_write_error(w, c, r);
-    w->stat[TK_WSTAT_conn_errors]++;
-    conn_close(w, c);
-}
-
-static void conn_moved(struct tk_worker *w, struct conn *c)
-{
-    char line[TK_ADDR_MAX + 8];
-    size_t n = tk_proto_fmt_moved(line, sizeof(line), w->leader_addr[0] ? w->leader_addr : NULL);
-    conn_stream_out(w, c, line, n);
-    w->stat[TK_WSTAT_moved]++;
-    conn_close(w, c);
-}
-
-static bool conn_paused(const struct tk_worker *w, const struct conn *c)
-{
-    return c->inflight >= w->s->opt.max_inflight ||
-           c->out.len + (c->snd.len - c->snd_off) >= OUT_PAUSE_BYTES;
-}
-
-/* Drops deadlines of connections that finished or closed, keeping order. */
-static void hs_compact(struct tk_worker *w)
-{
-    uint32_t kept = 0;
-    for (uint32_t i = 0; i < w->hs_len; i++) {
-        struct hs_deadline d = w->hs[(w->hs_head + i) % w->hs_cap];
-        struct conn *c = conn_get(w, d.slot, d.gen);
-        if (c && c->state == CONN_HANDSHAKE)
-            w->hs[(w->hs_head + kept++) % w->hs_cap] = d;
-    }
-    w->hs_len = kept;
-}
-
-static void hs_push(struct tk_worker *w, struct conn *c)
-{
-    if (w->hs_len == w->hs_cap)
-        hs_compact(w);
-    TK_ASSERT(w->hs_len < w->hs_cap);
-    struct hs_deadline *d = &w->hs[(w->hs_head + w->hs_len) % w->hs_cap];
-    d->slot = c->slot;
-    d->gen = c->gen;
-    d->at_us = w->now_us + (uint64_t)w->s->opt.handshake_ms * 1000u;
-    w->hs_len++;
-}
-
-static void on_accept(struct tk_worker *w, int fd)
-{
-    struct tk_server *s = w->s;
-    uint64_t n = atomic_fetch_add_explicit(&s->conns, 1, memory_order_relaxed) + 1;
-    if (n > s->opt.max_connections || w->nfree == 0) {
-        atomic_fetch_sub_explicit(&s->conns, 1, memory_order_relaxed);
-        static const char overload[] = "E - overload\n";
-        ssize_t r = send(fd, overload, sizeof(overload) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-        (void)r;
-        close(fd);
-        w->stat[TK_WSTAT_conns_rejected]++;
-        return;
-    }
-    uint32_t slot = w->free_slots[--w->nfree];
-    struct conn *c = w->conns[slot];
-    if (!c) {
-        c = calloc(1, sizeof(*c));
-        TK_ASSERT(c != NULL);
-        c->slot = slot;
-        c->gen = 1;
-        w->conns[slot] = c;
-    }
-    TK_ASSERT(c->state == CONN_FREE);
-    c->fd = fd;
-    c->state = CONN_HANDSHAKE;
-    c->inflight = 0;
-    c->snd_off = 0;
-    c->recv_stopped = false;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    w->stat[TK_WSTAT_conns_accepted]++;
-    w->stat[TK_WSTAT_conns_open]++;
-    if (tk_auth_nonce(c->snonce) != TK_OK) {
-        tk_log(TK_LOG_ERROR, "CSPRNG failed; refusing connection");
-        conn_close(w, c);
-        return;
-    }
-    char line[128];
-    size_t len = tk_proto_fmt_banner(line, sizeof(line), false, c->snonce);
-    conn_stream_out(w, c, line, len);
-    hs_push(w, c);
-    arm_recv(w, c);
-}
-
-/* ------------------------------------------------------------------ */
-/* Requests and replies */
-
-static void deliver_reply(struct tk_worker *w, const struct tk_lock_reply *r)
-{
-    struct conn *c = conn_get(w, tk_client_slot(r->client), tk_client_gen(r->client));
-    if (!c || c->state != CONN_READY)
-        return; /* the connection closed meanwhile; its outcome is Indeterminate */
-    char line[160];
-    size_t n;
-    switch (r->type) {
-    case 'G':
-        n = tk_proto_fmt_grant(line, sizeof(line), r->id, r->token);
-        w->stat[TK_WSTAT_res_granted]++;
-        break;
-    case 'Q':
-        n = tk_proto_fmt_query(line, sizeof(line), r->id, r->owner, r->owner_len, r->token,
-                               r->waiters);
-        w->stat[TK_WSTAT_res_query]++;
-        break;
-    default:
-        n = tk_proto_fmt_id(line, sizeof(line), r->type, r->id);
-        w->stat[r->type == 'T'   ? TK_WSTAT_res_timeout
-                : r->type == 'B' ? TK_WSTAT_res_busy
-                : r->type == 'R' ? TK_WSTAT_res_released
-                                 : TK_WSTAT_res_not_held]++;
-        break;
-    }
-    TK_ASSERT(n > 0);
-    TK_ASSERT(c->inflight > 0);
-    conn_stream_out(w, c, line, n);
-    bool was_paused = conn_paused(w, c);
-    c->inflight--;
-    if (was_paused && !conn_paused(w, c))
-        mark_resume(w, c);
-}
-
-struct msg_reply {
-    uint64_t client, id, token;
-    uint32_t waiters;
-    uint8_t type, owner_len;
-    char owner[];
-};
-
-struct msg_req {
-    uint64_t client, id, token;
-    uint32_t lease_ms, wait_ms;
-    uint8_t type, key_len, owner_len;
-    char bytes[]; /* key then owner */
-};
-
-static void sink_reply(void *ctx, const struct tk_lock_reply *r)
-{
-    struct tk_worker *w = ctx;
-    uint32_t dst = tk_client_worker(r->client);
-    if (dst == w->idx) {
-        deliver_reply(w, r);
-        return;
-    }
     TK_ASSERT(dst < w->s->nworkers);
-    struct msg_reply *m = tk_outbox_put(&w->to_worker[dst], TK_MSG_REPLY,
-                                     (uint32_t)(sizeof(*m) + r->owner_len));
+    struct tk_msg_reply *m = tk_outbox_put(&w->to_worker[dst], TK_MSG_REPLY,
+                                           (uint32_t)(sizeof(*m) + r->owner_len));
     m->client = r->client;
     m->id = r->id;
     m->token = r->token;
@@ -451,26 +68,109 @@ static void sink_reply(void *ctx, const struct tk_lock_reply *r)
         memcpy(m->owner, r->owner, r->owner_len);
 }
 
+static void reply_now(struct tk_worker *w, const struct tk_lock_reply *r)
+{
+    uint32_t dst = tk_client_worker(r->client);
+    if (dst == w->idx)
+        conn_deliver(w, r);
+    else
+        send_reply_msg(w, dst, r);
+}
+
+static void sink_reply(void *ctx, const struct tk_lock_reply *r)
+{
+    struct tk_worker *w = ctx;
+    if (r->type != 'Q' && r->type != 'N') {
+        reply_now(w, r);
+        return;
+    }
+    /* A read: hold it until a barrier started after now confirms that this
+     * node still led; a deposed leader must not answer from stale state. */
+    struct held_reply *h = malloc(sizeof(*h));
+    TK_ASSERT(h != NULL);
+    h->next = NULL;
+    h->round = w->read_round;
+    h->r = *r;
+    if (r->owner_len) {
+        memcpy(h->owner, r->owner, r->owner_len);
+        h->r.owner = h->owner;
+    }
+    if (w->held_tail)
+        w->held_tail->next = h;
+    else
+        w->held_head = h;
+    w->held_tail = h;
+    w->stat[TK_WSTAT_reads_held]++;
+}
+
 static void sink_propose(void *ctx, const struct tk_cmd *cmd)
 {
     struct tk_worker *w = ctx;
-    uint8_t tmp[8 + TK_CMD_ENCODED_MAX];
-    memcpy(tmp, &w->now_us, 8);
-    size_t n = tk_cmd_encode(cmd, tmp + 8, sizeof(tmp) - 8);
+    uint8_t tmp[16 + TK_CMD_ENCODED_MAX];
+    memcpy(tmp, &w->epoch, 8);
+    memcpy(tmp + 8, &w->now_us, 8);
+    size_t n = tk_cmd_encode(cmd, tmp + 16, sizeof(tmp) - 16);
     TK_ASSERT(n > 0);
-    void *p = tk_outbox_put(&w->to_raft, TK_MSG_PROPOSE, (uint32_t)(8 + n));
-    memcpy(p, tmp, 8 + n);
+    void *p = tk_outbox_put(&w->to_raft, TK_MSG_PROPOSE, (uint32_t)(16 + n));
+    memcpy(p, tmp, 16 + n);
 }
 
-static void route_request(struct tk_worker *w, const struct tk_lock_req *lr)
+/* Releases held reads up to round (ok), or drops them (leadership lost:
+ * the connections are closed with M). */
+static void release_reads(struct tk_worker *w, uint64_t round, bool ok)
+{
+    while (w->held_head && w->held_head->round <= round) {
+        struct held_reply *h = w->held_head;
+        w->held_head = h->next;
+        if (!w->held_head)
+            w->held_tail = NULL;
+        if (ok)
+            reply_now(w, &h->r);
+        w->stat[TK_WSTAT_reads_held]--;
+        free(h);
+    }
+}
+
+/* End of a round: if replies were held this round, ask for a barrier. */
+static void request_barrier(struct tk_worker *w)
+{
+    if (!w->held_tail || w->held_tail->round != w->read_round)
+        return;
+    uint64_t *p = tk_outbox_put(&w->to_raft, TK_MSG_READ, sizeof(uint64_t));
+    *p = w->read_round;
+    w->read_requested = w->read_round;
+    w->read_round++;
+    w->stat[TK_WSTAT_read_barriers]++;
+}
+
+/* ------------------------------------------------------------------ */
+/* Routing */
+
+/* Answers a request the shard could not take (tk_lock_request failed). */
+static void refuse(struct tk_worker *w, uint64_t client, uint64_t id, int err)
+{
+    struct tk_lock_reply r = {.type = err == TK_ENOTLEADER ? 'M' : 'X', .client = client,
+                              .id = id};
+    reply_now(w, &r);
+}
+
+static void shard_request(struct tk_worker *w, const struct tk_lock_req *lr)
+{
+    int rc = tk_lock_request(w->table, w->now_us, lr, &w->sink);
+    if (rc != TK_OK)
+        refuse(w, lr->client, lr->id, rc);
+}
+
+void worker_route(struct tk_worker *w, const struct tk_lock_req *lr)
 {
     uint32_t dst = tk_cmd_shard(lr->key, lr->key_len, w->s->nworkers);
     if (dst == w->idx) {
-        tk_lock_request(w->table, w->now_us, lr, &w->sink);
+        shard_request(w, lr);
         return;
     }
-    uint32_t len = (uint32_t)(sizeof(struct msg_req) + lr->key_len + lr->owner_len);
-    struct msg_req *m = tk_outbox_put(&w->to_worker[dst], TK_MSG_REQ, len);
+    uint32_t len = (uint32_t)(sizeof(struct tk_msg_req) + lr->key_len + lr->owner_len);
+    struct tk_msg_req *m = tk_outbox_put(&w->to_worker[dst], TK_MSG_REQ, len);
+    m->epoch = w->epoch;
     m->client = lr->client;
     m->id = lr->id;
     m->token = lr->token;
@@ -483,237 +183,155 @@ static void route_request(struct tk_worker *w, const struct tk_lock_req *lr)
     memcpy(m->bytes + lr->key_len, lr->owner, lr->owner_len);
 }
 
-static void handle_request_line(struct tk_worker *w, struct conn *c, const char *line, size_t len)
+void worker_client_closed(struct tk_worker *w, uint64_t ref)
 {
-    struct tk_request req;
-    char out[64];
-    enum tk_parse_status st = tk_proto_parse(line, len, &req);
-    if (st == TK_PARSE_FATAL) {
-        w->stat[TK_WSTAT_req_invalid]++;
-        conn_error(w, c, TK_REASON_SYNTAX);
+    for (uint32_t j = 0; j < w->s->nworkers; j++) {
+        if (j == w->idx) {
+            tk_lock_client_closed(w->table, ref);
+            continue;
+        }
+        uint64_t *p = tk_outbox_put(&w->to_worker[j], TK_MSG_CLOSED, sizeof(uint64_t));
+        *p = ref;
+    }
+}
+
+/* A request forwarded by another worker. Its epoch says under which
+ * leadership the client's worker accepted it. */
+static void forwarded_request(struct tk_worker *w, const struct tk_msg_req *q, uint32_t len)
+{
+    if (q->epoch > w->epoch) {
+        /* The sender already took a ROLE message we have not read yet. */
+        struct early_req *e = malloc(sizeof(*e) + len);
+        TK_ASSERT(e != NULL);
+        e->next = NULL;
+        e->epoch = q->epoch;
+        e->len = len;
+        memcpy(e->msg, q, len);
+        if (w->early_tail)
+            w->early_tail->next = e;
+        else
+            w->early_head = e;
+        w->early_tail = e;
         return;
     }
-    if (st == TK_PARSE_REJECT) {
-        w->stat[TK_WSTAT_req_invalid]++;
-        size_t n = tk_proto_fmt_error(out, sizeof(out), true, req.id, req.reason);
-        conn_stream_out(w, c, out, n);
+    if (q->epoch < w->epoch || !w->leader) {
+        refuse(w, q->client, q->id, TK_ENOTLEADER);
         return;
     }
-    if (req.type == 'P') {
-        w->stat[TK_WSTAT_req_ping]++;
-        size_t n = tk_proto_fmt_id(out, sizeof(out), 'P', req.id);
-        conn_stream_out(w, c, out, n);
-        return;
-    }
-    w->stat[req.type == 'A' ? TK_WSTAT_req_acquire
-            : req.type == 'R' ? TK_WSTAT_req_release
-                              : TK_WSTAT_req_query]++;
     struct tk_lock_req lr = {
-        .type = req.type,
-        .client = tk_client_ref(w->idx, c->slot, c->gen),
-        .id = req.id,
-        .key = req.key,
-        .key_len = req.key_len,
-        .owner = req.owner,
-        .owner_len = req.owner_len,
-        .lease_ms = req.lease_ms,
-        .wait_ms = req.wait_ms,
-        .token = req.token,
+        .type = (char)q->type, .client = q->client, .id = q->id,
+        .key = q->bytes, .key_len = q->key_len,
+        .owner = q->bytes + q->key_len, .owner_len = q->owner_len,
+        .lease_ms = q->lease_ms, .wait_ms = q->wait_ms, .token = q->token,
     };
-    c->inflight++;
-    if (c->inflight == w->s->opt.max_inflight)
-        w->stat[TK_WSTAT_inflight_paused]++;
-    route_request(w, &lr);
+    shard_request(w, &lr);
 }
 
-static void handle_auth_line(struct tk_worker *w, struct conn *c, const char *line, size_t len)
+static void replay_early(struct tk_worker *w)
 {
-    const char *cnonce, *cproof;
-    char expect[TK_AUTH_HEX_LEN + 1];
-    if (!tk_proto_parse_auth(line, len, &cnonce, &cproof)) {
-        w->stat[TK_WSTAT_auth_failures]++;
-        conn_error(w, c, TK_REASON_AUTH);
-        return;
+    struct early_req *e = w->early_head;
+    w->early_head = w->early_tail = NULL;
+    while (e) {
+        struct early_req *next = e->next;
+        forwarded_request(w, (const struct tk_msg_req *)e->msg, e->len);
+        free(e);
+        e = next;
     }
-    struct tk_server *s = w->s;
-    tk_auth_proof(s->client_secret, s->client_secret_len, false, c->snonce, cnonce, expect);
-    if (!tk_auth_equal(expect, cproof, TK_AUTH_HEX_LEN)) {
-        w->stat[TK_WSTAT_auth_failures]++;
-        conn_error(w, c, TK_REASON_AUTH);
-        return;
-    }
-    char sproof[TK_AUTH_HEX_LEN + 1];
-    tk_auth_proof(s->client_secret, s->client_secret_len, true, c->snonce, cnonce, sproof);
-    uint64_t domain[2] = {atomic_load(&s->domain_lo), atomic_load(&s->domain_hi)};
-    char ok[160];
-    size_t n = tk_proto_fmt_ok(ok, sizeof(ok), sproof, s->node_id, domain);
-    conn_stream_out(w, c, ok, n);
-    if (!w->leader) {
-        conn_moved(w, c);
-        return;
-    }
-    c->state = CONN_READY;
-}
-
-/* Parses complete lines from the connection's input until it runs out,
- * pauses (in-flight or output bound) or closes. */
-static void conn_parse(struct tk_worker *w, struct conn *c)
-{
-    uint32_t pos = 0;
-    while (pos < c->in.len && (c->state == CONN_HANDSHAKE || c->state == CONN_READY)) {
-        if (c->state == CONN_READY && (conn_paused(w, c) || w->backlogged))
-            break;
-        char *start = c->in.p + pos;
-        uint32_t avail = c->in.len - pos;
-        char *nl = memchr(start, '\n', TK_MIN(avail, (uint32_t)TK_LINE_MAX));
-        if (!nl) {
-            if (avail >= TK_LINE_MAX)
-                conn_error(w, c, TK_REASON_TOOLONG);
-            break;
-        }
-        size_t len = (size_t)(nl - start);
-        pos += (uint32_t)len + 1;
-        if (c->state == CONN_HANDSHAKE)
-            handle_auth_line(w, c, start, len);
-        else
-            handle_request_line(w, c, start, len);
-    }
-    if (c->state == CONN_CLOSING) {
-        c->in.len = 0;
-        return;
-    }
-    if (pos > 0) {
-        memmove(c->in.p, c->in.p + pos, c->in.len - pos);
-        c->in.len -= pos;
-    }
-    /* A paused connection keeps its recv only while its backlog is small. */
-    if (c->in.len >= IN_PAUSE_BYTES && c->recv_armed) {
-        c->recv_stopped = true;
-        cancel_recv(w, c);
-    }
-}
-
-/* Restarts a recv that a pause stopped, once the backlog has shrunk and the
- * cancelled recv has fully completed. */
-static void conn_rearm(struct tk_worker *w, struct conn *c)
-{
-    if (c->state == CONN_READY && c->recv_stopped && c->in.len < IN_PAUSE_BYTES &&
-        !c->recv_armed && !c->cancel_inflight && !conn_paused(w, c)) {
-        c->recv_stopped = false;
-        arm_recv(w, c);
-    }
-}
-
-static void on_recv(struct tk_worker *w, struct conn *c, struct io_uring_cqe *cqe)
-{
-    bool more = cqe->flags & IORING_CQE_F_MORE;
-    if (!more)
-        c->recv_armed = false;
-    if (cqe->res > 0) {
-        TK_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
-        uint32_t bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
-        TK_ASSERT(bid < BUF_COUNT);
-        char *data = w->bufs + (size_t)bid * BUF_SIZE;
-        if (c->state == CONN_HANDSHAKE || c->state == CONN_READY) {
-            if (c->in.len + (uint32_t)cqe->res > IN_CAP_MAX) {
-                conn_error(w, c, TK_REASON_OVERLOAD);
-            } else {
-                buf_reserve(&c->in, (uint32_t)cqe->res);
-                memcpy(c->in.p + c->in.len, data, (size_t)cqe->res);
-                c->in.len += (uint32_t)cqe->res;
-            }
-        }
-        io_uring_buf_ring_add(w->br, data, BUF_SIZE, (unsigned short)bid,
-                              io_uring_buf_ring_mask(BUF_COUNT), 0);
-        io_uring_buf_ring_advance(w->br, 1);
-        conn_parse(w, c);
-    } else if (cqe->res == 0 || (cqe->res < 0 && cqe->res != -ENOBUFS && cqe->res != -ECANCELED)) {
-        /* End of stream or a socket error: the client is gone. */
-        conn_close(w, c);
-        c->out.len = 0; /* nobody will read it */
-    }
-    if (!c->recv_armed) {
-        if ((c->state == CONN_HANDSHAKE || c->state == CONN_READY) && !c->recv_stopped)
-            arm_recv(w, c);
-        else if (c->recv_stopped)
-            mark_resume(w, c);
-        else
-            conn_maybe_release(w, c);
-    }
-}
-
-static void on_send(struct tk_worker *w, struct conn *c, int res)
-{
-    c->send_inflight = false;
-    if (res < 0) {
-        c->snd.len = 0;
-        c->snd_off = 0;
-        c->out.len = 0;
-        conn_close(w, c);
-        conn_maybe_release(w, c);
-        return;
-    }
-    bool was_paused = conn_paused(w, c);
-    c->snd_off += (uint32_t)res;
-    TK_ASSERT(c->snd_off <= c->snd.len);
-    if (c->snd_off == c->snd.len) {
-        c->snd.len = 0;
-        c->snd_off = 0;
-    }
-    if (was_paused && !conn_paused(w, c))
-        mark_resume(w, c);
-    mark_dirty(w, c);
-}
-
-static void flush_conn(struct tk_worker *w, struct conn *c)
-{
-    c->dirty = false;
-    if (c->state == CONN_FREE)
-        return;
-    if (!c->send_inflight) {
-        if (c->snd.len == 0 && c->out.len > 0) {
-            struct buf t = c->snd;
-            c->snd = c->out;
-            c->out = t;
-            c->out.len = 0;
-            c->snd_off = 0;
-        }
-        if (c->snd.len > c->snd_off) {
-            struct io_uring_sqe *sqe = get_sqe(w);
-            io_uring_prep_send(sqe, c->fd, c->snd.p + c->snd_off, c->snd.len - c->snd_off,
-                               MSG_NOSIGNAL);
-            io_uring_sqe_set_data64(sqe, ud_make(OP_SEND, c->slot, c->gen));
-            c->send_inflight = true;
-        }
-    }
-    conn_maybe_release(w, c);
 }
 
 /* ------------------------------------------------------------------ */
-/* Messages from other threads */
+/* Messages from the Raft thread */
 
 static void set_role(struct tk_worker *w, const struct tk_msg_role *m)
 {
+    TK_ASSERT(m->epoch > w->epoch);
     memcpy(w->leader_addr, m->leader_addr, sizeof(w->leader_addr));
     w->leader_addr[sizeof(w->leader_addr) - 1] = 0;
-    bool lead = m->leader != 0;
-    if (lead == w->leader)
-        return;
-    w->leader = lead;
-    if (lead) {
+    w->epoch = m->epoch;
+    bool was_leader = w->leader;
+    w->leader = m->leader != 0;
+    if (w->leader) {
+        TK_ASSERT(!was_leader);
         tk_lock_lead(w->table, w->now_us);
-        return;
+    } else {
+        /* Stepped down (or a new leader is known): pending requests are
+         * never answered with a guess; clients get M and reconnect. */
+        tk_lock_follow(w->table);
+        release_reads(w, UINT64_MAX, false);
+        for (uint32_t i = 0; i < w->nconns_alloc; i++) {
+            struct conn *c = w->conns[i];
+            if (c && c->state == CONN_READY)
+                conn_moved(w, c);
+        }
     }
-    /* Stepped down: pending requests are never answered with a guess. */
-    tk_lock_follow(w->table);
-    for (uint32_t i = 0; i < w->nconns_alloc; i++) {
-        struct conn *c = w->conns[i];
-        if (c && c->state == CONN_READY)
-            conn_moved(w, c);
+    replay_early(w);
+}
+
+static void snapshot_cut_fn(void *ctx, const struct tk_cmd *grant)
+{
+    struct tk_msg_snap_part *part = ctx;
+    uint8_t *p = realloc(part->data, part->len + TK_CMD_ENCODED_MAX);
+    TK_ASSERT(p != NULL);
+    part->data = p;
+    size_t n = tk_cmd_encode(grant, p + part->len, TK_CMD_ENCODED_MAX);
+    TK_ASSERT(n > 0);
+    part->len += n;
+    part->count++;
+}
+
+static void snapshot_cut(struct tk_worker *w, uint64_t index)
+{
+    struct tk_msg_snap_part part = {.index = index};
+    tk_lock_each_holder(w->table, snapshot_cut_fn, &part);
+    struct tk_msg_snap_part *m = tk_outbox_put(&w->to_raft, TK_MSG_SNAP_PART, sizeof(*m));
+    *m = part;
+}
+
+static void drain_raft(struct tk_worker *w)
+{
+    const struct tk_ring_msg *m;
+    while ((m = tk_ring_peek(&w->from_raft)) != NULL) {
+        struct tk_cmd cmd;
+        size_t used;
+        switch (m->kind) {
+        case TK_MSG_APPLY:
+            TK_ASSERT(tk_cmd_decode(m->data, m->len, &cmd, &used) == TK_OK);
+            tk_lock_apply(w->table, w->now_us, &cmd, &w->sink);
+            break;
+        case TK_MSG_ROLE: {
+            struct tk_msg_role role;
+            TK_ASSERT(m->len == sizeof(role));
+            memcpy(&role, m->data, sizeof(role));
+            set_role(w, &role);
+            break;
+        }
+        case TK_MSG_READ_DONE: {
+            uint64_t v[2];
+            memcpy(v, m->data, sizeof(v));
+            release_reads(w, v[0], v[1] != 0);
+            break;
+        }
+        case TK_MSG_SNAP_REQ: {
+            uint64_t index;
+            memcpy(&index, m->data, 8);
+            snapshot_cut(w, index);
+            break;
+        }
+        case TK_MSG_CLEAR:
+            tk_lock_clear(w->table);
+            break;
+        case TK_MSG_RESTORE:
+            TK_ASSERT(tk_cmd_decode(m->data, m->len, &cmd, &used) == TK_OK);
+            tk_lock_restore(w->table, w->now_us, &cmd);
+            break;
+        default:
+            TK_ASSERT(!"unexpected message kind from raft");
+        }
+        tk_ring_pop(&w->from_raft, m);
     }
 }
 
-static void drain_rings(struct tk_worker *w)
+static void drain_workers(struct tk_worker *w)
 {
     const struct tk_ring_msg *m;
     for (uint32_t j = 0; j < w->s->nworkers; j++) {
@@ -722,24 +340,15 @@ static void drain_rings(struct tk_worker *w)
         struct tk_ring *r = &w->inbox[j];
         while ((m = tk_ring_peek(r)) != NULL) {
             if (m->kind == TK_MSG_REQ) {
-                const struct msg_req *q = (const void *)m->data;
-                struct tk_lock_req lr = {
-                    .type = (char)q->type, .client = q->client, .id = q->id,
-                    .key = q->bytes, .key_len = q->key_len,
-                    .owner = q->bytes + q->key_len, .owner_len = q->owner_len,
-                    .lease_ms = q->lease_ms, .wait_ms = q->wait_ms, .token = q->token,
-                };
-                if (w->leader)
-                    tk_lock_request(w->table, w->now_us, &lr, &w->sink);
-                /* else: this node stepped down; the client's worker closes it with M. */
+                forwarded_request(w, (const struct tk_msg_req *)m->data, m->len);
             } else if (m->kind == TK_MSG_REPLY) {
-                const struct msg_reply *p = (const void *)m->data;
+                const struct tk_msg_reply *p = (const void *)m->data;
                 struct tk_lock_reply rep = {
                     .type = (char)p->type, .client = p->client, .id = p->id,
                     .token = p->token, .waiters = p->waiters,
                     .owner = p->owner_len ? p->owner : NULL, .owner_len = p->owner_len,
                 };
-                deliver_reply(w, &rep);
+                conn_deliver(w, &rep);
             } else if (m->kind == TK_MSG_CLOSED) {
                 uint64_t ref;
                 memcpy(&ref, m->data, sizeof(ref));
@@ -750,21 +359,6 @@ static void drain_rings(struct tk_worker *w)
             tk_ring_pop(r, m);
         }
     }
-    while ((m = tk_ring_peek(&w->from_raft)) != NULL) {
-        if (m->kind == TK_MSG_APPLY) {
-            struct tk_cmd cmd;
-            size_t used;
-            TK_ASSERT(tk_cmd_decode(m->data, m->len, &cmd, &used) == TK_OK);
-            tk_lock_apply(w->table, w->now_us, &cmd, &w->sink);
-        } else if (m->kind == TK_MSG_ROLE) {
-            struct tk_msg_role role;
-            memcpy(&role, m->data, sizeof(role));
-            set_role(w, &role);
-        } else {
-            TK_ASSERT(!"unexpected message kind from raft");
-        }
-        tk_ring_pop(&w->from_raft, m);
-    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -773,14 +367,14 @@ static void drain_rings(struct tk_worker *w)
 static void handle_cqe(struct tk_worker *w, struct io_uring_cqe *cqe)
 {
     uint64_t ud = io_uring_cqe_get_data64(cqe);
-    enum op op = (enum op)(ud >> 56);
+    enum tk_op op = (enum tk_op)(ud >> 56);
     uint32_t slot = (uint32_t)(ud >> 32) & 0xffffffu;
     uint32_t gen = (uint32_t)ud;
     struct conn *c;
     switch (op) {
     case OP_ACCEPT:
         if (cqe->res >= 0)
-            on_accept(w, cqe->res);
+            conn_on_accept(w, cqe->res);
         else if (cqe->res != -ECANCELED)
             tk_log(TK_LOG_WARN, "accept failed: %s", strerror(-cqe->res));
         if (!(cqe->flags & IORING_CQE_F_MORE))
@@ -789,44 +383,23 @@ static void handle_cqe(struct tk_worker *w, struct io_uring_cqe *cqe)
     case OP_RECV:
         c = conn_get(w, slot, gen);
         TK_ASSERT(c != NULL);
-        on_recv(w, c, cqe);
+        conn_on_recv(w, c, cqe);
         break;
     case OP_SEND:
         c = conn_get(w, slot, gen);
         TK_ASSERT(c != NULL);
-        on_send(w, c, cqe->res);
+        conn_on_send(w, c, cqe->res);
         break;
     case OP_CANCEL:
         c = conn_get(w, slot, gen);
-        if (c) {
-            c->cancel_inflight = false;
-            conn_maybe_release(w, c);
-            if (c->recv_stopped)
-                mark_resume(w, c);
-        }
+        if (c)
+            conn_on_cancel(w, c);
         break;
     case OP_WAKE:
         arm_wake(w);
         break;
     default:
         TK_ASSERT(!"unknown completion");
-    }
-}
-
-static void expire_handshakes(struct tk_worker *w)
-{
-    while (w->hs_len > 0) {
-        struct hs_deadline *d = &w->hs[w->hs_head];
-        struct conn *c = conn_get(w, d->slot, d->gen);
-        if (c && c->state == CONN_HANDSHAKE) {
-            if (d->at_us > w->now_us)
-                break;
-            /* SPEC 5: closed without a line. */
-            w->stat[TK_WSTAT_handshake_timeouts]++;
-            conn_close(w, c);
-        }
-        w->hs_head = (w->hs_head + 1) % w->hs_cap;
-        w->hs_len--;
     }
 }
 
@@ -863,15 +436,8 @@ static void publish_stats(struct tk_worker *w)
 
 static void flush_round(struct tk_worker *w)
 {
-    while (w->resume) {
-        struct conn *c = w->resume;
-        w->resume = c->next_resume;
-        c->resume = false;
-        if (c->state != CONN_READY || conn_paused(w, c))
-            continue;
-        conn_parse(w, c);
-        conn_rearm(w, c);
-    }
+    conn_flush_round(w);
+    request_barrier(w);
     bool busy = false;
     for (uint32_t j = 0; j < w->s->nworkers; j++) {
         if (j == w->idx)
@@ -881,26 +447,60 @@ static void flush_round(struct tk_worker *w)
     }
     tk_outbox_flush(&w->to_raft);
     busy |= tk_outbox_busy(&w->to_raft);
-    if (w->backlogged && !busy) {
-        /* Parsing stopped while messages waited: resume every connection. */
-        for (uint32_t i = 0; i < w->nconns_alloc; i++)
-            if (w->conns[i] && w->conns[i]->state == CONN_READY && w->conns[i]->in.len)
-                mark_resume(w, w->conns[i]);
-    }
+    if (w->backlogged && !busy)
+        conn_resume_all(w); /* parsing stopped while messages waited */
     w->backlogged = busy;
-    while (w->dirty) {
-        struct conn *c = w->dirty;
-        w->dirty = c->next_dirty;
-        flush_conn(w, c);
-    }
+    conn_flush_sends(w);
 }
 
-static void shutdown_conns(struct tk_worker *w)
+static int setup_ring(struct tk_worker *w)
+{
+    struct io_uring_params p = {0};
+    p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+    int rc = io_uring_queue_init_params(SQ_ENTRIES, &w->ring, &p);
+    if (rc < 0) {
+        memset(&p, 0, sizeof(p));
+        rc = io_uring_queue_init_params(SQ_ENTRIES, &w->ring, &p);
+    }
+    if (rc < 0) {
+        tk_log(TK_LOG_ERROR, "worker %u: io_uring setup failed: %s", w->idx, strerror(-rc));
+        return TK_EUNSUPPORTED;
+    }
+    /* Provided buffer ring (liburing 2.3 has no io_uring_setup_buf_ring). */
+    size_t br_bytes = TK_WORKER_BUF_COUNT * sizeof(struct io_uring_buf);
+    void *brmem = NULL;
+    TK_ASSERT(posix_memalign(&brmem, 4096, br_bytes) == 0);
+    w->br = brmem;
+    w->bufs = malloc((size_t)TK_WORKER_BUF_COUNT * TK_WORKER_BUF_SIZE);
+    TK_ASSERT(w->bufs != NULL);
+    struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)w->br,
+                                   .ring_entries = TK_WORKER_BUF_COUNT, .bgid = 0};
+    rc = io_uring_register_buf_ring(&w->ring, &reg, 0);
+    if (rc < 0) {
+        tk_log(TK_LOG_ERROR, "worker %u: provided buffer rings unsupported by this kernel: %s",
+               w->idx, strerror(-rc));
+        return TK_EUNSUPPORTED;
+    }
+    io_uring_buf_ring_init(w->br);
+    int mask = io_uring_buf_ring_mask(TK_WORKER_BUF_COUNT);
+    for (uint32_t i = 0; i < TK_WORKER_BUF_COUNT; i++)
+        io_uring_buf_ring_add(w->br, w->bufs + (size_t)i * TK_WORKER_BUF_SIZE,
+                              TK_WORKER_BUF_SIZE, (unsigned short)i, mask, (int)i);
+    io_uring_buf_ring_advance(w->br, TK_WORKER_BUF_COUNT);
+    return TK_OK;
+}
+
+static void begin_stop(struct tk_worker *w)
 {
     for (uint32_t i = 0; i < w->nconns_alloc; i++) {
         struct conn *c = w->conns[i];
         if (c && c->state != CONN_FREE)
             conn_close(w, c);
+    }
+    if (w->accept_armed) {
+        struct io_uring_sqe *sqe = worker_sqe(w);
+        io_uring_prep_cancel64(sqe, tk_ud(OP_ACCEPT, 0, 0), 0);
+        io_uring_sqe_set_data64(sqe, tk_ud(OP_CANCEL, 0xffffff, 0));
     }
 }
 
@@ -911,41 +511,10 @@ static void *worker_main(void *arg)
     char name[16];
     snprintf(name, sizeof(name), "tk-worker-%u", w->idx);
     pthread_setname_np(pthread_self(), name);
-
-    struct io_uring_params p = {0};
-    p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
-    int rc = io_uring_queue_init_params(SQ_ENTRIES, &w->ring, &p);
-    if (rc < 0) {
-        memset(&p, 0, sizeof(p));
-        rc = io_uring_queue_init_params(SQ_ENTRIES, &w->ring, &p);
-    }
-    if (rc < 0) {
-        tk_log(TK_LOG_ERROR, "worker %u: io_uring setup failed: %s", w->idx, strerror(-rc));
+    if (setup_ring(w) != TK_OK) {
         atomic_store(&s->stopping, 1);
         return NULL;
     }
-    /* Provided buffer ring (liburing 2.3 has no io_uring_setup_buf_ring). */
-    size_t br_bytes = BUF_COUNT * sizeof(struct io_uring_buf);
-    void *brmem = NULL;
-    TK_ASSERT(posix_memalign(&brmem, 4096, br_bytes) == 0);
-    w->br = brmem;
-    w->bufs = malloc((size_t)BUF_COUNT * BUF_SIZE);
-    TK_ASSERT(w->bufs != NULL);
-    struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)w->br,
-                                   .ring_entries = BUF_COUNT, .bgid = 0};
-    rc = io_uring_register_buf_ring(&w->ring, &reg, 0);
-    if (rc < 0) {
-        tk_log(TK_LOG_ERROR, "worker %u: provided buffers unsupported: %s", w->idx,
-               strerror(-rc));
-        atomic_store(&s->stopping, 1);
-        return NULL;
-    }
-    io_uring_buf_ring_init(w->br);
-    for (uint32_t i = 0; i < BUF_COUNT; i++)
-        io_uring_buf_ring_add(w->br, w->bufs + (size_t)i * BUF_SIZE, BUF_SIZE,
-                              (unsigned short)i, io_uring_buf_ring_mask(BUF_COUNT), (int)i);
-    io_uring_buf_ring_advance(w->br, BUF_COUNT);
-
     w->now_us = tk_now_us();
     arm_accept(w);
     arm_wake(w);
@@ -956,9 +525,7 @@ static void *worker_main(void *arg)
         struct __kernel_timespec ts = {.tv_sec = (long long)(wait_us / 1000000u),
                                        .tv_nsec = (long long)(wait_us % 1000000u) * 1000};
         struct io_uring_cqe *cqe = NULL;
-        rc = io_uring_submit_and_wait_timeout(&w->ring, &cqe, 1, wait_us ? &ts : NULL, NULL);
-        if (wait_us == 0 && rc == -ETIME)
-            rc = 0;
+        io_uring_submit_and_wait_timeout(&w->ring, &cqe, 1, wait_us ? &ts : NULL, NULL);
         w->now_us = tk_now_us();
         unsigned head, n = 0;
         io_uring_for_each_cqe(&w->ring, head, cqe)
@@ -968,18 +535,14 @@ static void *worker_main(void *arg)
         }
         io_uring_cq_advance(&w->ring, n);
         tk_wake_clear(&w->wake);
-        drain_rings(w);
-        expire_handshakes(w);
+        drain_raft(w);
+        drain_workers(w);
+        conn_expire_handshakes(w);
         if (tk_lock_next_deadline(w->table) <= w->now_us)
             tk_lock_tick(w->table, w->now_us, &w->sink);
         if (!stopping && atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
             stopping = true;
-            shutdown_conns(w);
-            if (w->accept_armed) {
-                struct io_uring_sqe *sqe = get_sqe(w);
-                io_uring_prep_cancel64(sqe, ud_make(OP_ACCEPT, 0, 0), 0);
-                io_uring_sqe_set_data64(sqe, ud_make(OP_CANCEL, 0xffffff, 0));
-            }
+            begin_stop(w);
         }
         flush_round(w);
         if (w->now_us - w->stats_at >= STATS_PERIOD_US)
@@ -1006,6 +569,7 @@ int tk_worker_create(struct tk_server *s, uint32_t idx)
     w->s = s;
     w->idx = idx;
     w->listen_fd = -1;
+    w->read_round = 1;
     uint32_t n = s->opt.max_connections;
     w->conns = calloc(n, sizeof(*w->conns));
     w->free_slots = malloc(n * sizeof(*w->free_slots));
@@ -1042,11 +606,9 @@ int tk_worker_start(struct tk_server *s, uint32_t idx)
 {
     struct tk_worker *w = s->workers[idx];
     /* Outboxes point at the inboxes of the others, which all exist now. */
-    for (uint32_t j = 0; j < s->nworkers; j++) {
-        if (j == idx)
-            continue;
-        tk_outbox_init(&w->to_worker[j], &s->workers[j]->inbox[idx], &s->workers[j]->wake);
-    }
+    for (uint32_t j = 0; j < s->nworkers; j++)
+        if (j != idx)
+            tk_outbox_init(&w->to_worker[j], &s->workers[j]->inbox[idx], &s->workers[j]->wake);
     tk_outbox_init(&w->to_raft, &w->to_raft_ring, tk_raftd_wake(s));
     w->listen_fd = tk_listen(s->opt.bind, s->opt.port, true);
     if (w->listen_fd < 0) {
@@ -1073,20 +635,17 @@ void tk_worker_destroy(struct tk_server *s, uint32_t idx)
         return;
     if (w->listen_fd >= 0)
         close(w->listen_fd);
-    for (uint32_t i = 0; i < w->nconns_alloc; i++) {
-        struct conn *c = w->conns[i];
-        if (!c)
-            continue;
-        if (c->fd >= 0 && c->state != CONN_FREE)
-            close(c->fd);
-        buf_free(&c->in);
-        buf_free(&c->out);
-        buf_free(&c->snd);
-        free(c);
-    }
+    if (w->conns)
+        conn_free_all(w);
     free(w->conns);
     free(w->free_slots);
     free(w->hs);
+    release_reads(w, UINT64_MAX, false);
+    for (struct early_req *e = w->early_head; e;) {
+        struct early_req *next = e->next;
+        free(e);
+        e = next;
+    }
     for (uint32_t j = 0; j < s->nworkers; j++) {
         if (j != idx)
             tk_ring_free(&w->inbox[j]);

@@ -1,0 +1,575 @@
+/* Client connections of a worker: accept, the handshake (SPEC 2), line
+ * framing and parsing (SPEC 3-5), batched sends, pauses and closing.
+ *
+ * Connection life: accept -> banner -> AUTH checked -> OK (+ M and close
+ * when not leader) -> request lines -> close. A connection's bytes pass
+ * through conn_stream_out() and the copy in conn_on_recv(): the seam where
+ * TLS (wolfSSL over memory buffers) will sit.
+ *
+ * Closing: no more input is parsed, pending output is still sent, then the
+ * multishot recv is cancelled and the slot is freed once the kernel holds
+ * no reference to it (no recv, send or cancel outstanding).
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "net/worker.h"
+
+#define IN_CAP_START 4096
+#define IN_PAUSE_BYTES 65536         /* paused connection: stop receiving beyond this */
+#define IN_CAP_MAX (1u << 20)        /* a paused connection's input never exceeds this */
+#define OUT_PAUSE_BYTES (256u << 10) /* unsent output that pauses reading */
+
+static void buf_reserve(struct buf *b, uint32_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return;
+    uint32_t cap = b->cap ? b->cap : IN_CAP_START;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    TK_ASSERT(p != NULL);
+    b->p = p;
+    b->cap = cap;
+}
+
+static void buf_free(struct buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof(*b));
+}
+
+static void arm_recv(struct tk_worker *w, struct conn *c)
+{
+    struct io_uring_sqe *sqe = worker_sqe(w);
+    io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = 0;
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_RECV, c->slot, c->gen));
+    c->recv_armed = true;
+}
+
+static void cancel_recv(struct tk_worker *w, struct conn *c)
+{
+    if (!c->recv_armed || c->cancel_inflight)
+        return;
+    struct io_uring_sqe *sqe = worker_sqe(w);
+    io_uring_prep_cancel64(sqe, tk_ud(OP_RECV, c->slot, c->gen), 0);
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_CANCEL, c->slot, c->gen));
+    c->cancel_inflight = true;
+}
+
+struct conn *conn_get(struct tk_worker *w, uint32_t slot, uint32_t gen)
+{
+    if (slot >= w->nconns_alloc || !w->conns[slot])
+        return NULL;
+    struct conn *c = w->conns[slot];
+    return (c->gen == gen && c->state != CONN_FREE) ? c : NULL;
+}
+
+static void mark_dirty(struct tk_worker *w, struct conn *c)
+{
+    if (!c->dirty) {
+        c->dirty = true;
+        c->next_dirty = w->dirty;
+        w->dirty = c;
+    }
+}
+
+static void mark_resume(struct tk_worker *w, struct conn *c)
+{
+    if (!c->resume) {
+        c->resume = true;
+        c->next_resume = w->resume;
+        w->resume = c;
+    }
+}
+
+/* The TLS seam: plaintext out of the connection goes through here. */
+static void conn_stream_out(struct tk_worker *w, struct conn *c, const char *p, size_t n)
+{
+    buf_reserve(&c->out, (uint32_t)n);
+    memcpy(c->out.p + c->out.len, p, n);
+    c->out.len += (uint32_t)n;
+    mark_dirty(w, c);
+}
+
+static void conn_write_error(struct tk_worker *w, struct conn *c, enum tk_reason r)
+{
+    char line[64];
+    size_t n = tk_proto_fmt_error(line, sizeof(line), false, 0, r);
+    conn_stream_out(w, c, line, n);
+}
+
+static void conn_free_slot(struct tk_worker *w, struct conn *c)
+{
+    TK_ASSERT(!c->recv_armed);
+    TK_ASSERT(!c->send_inflight);
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    buf_free(&c->in);
+    buf_free(&c->out);
+    buf_free(&c->snd);
+    c->state = CONN_FREE;
+    c->gen++;
+    if (c->gen == 0)
+        c->gen = 1;
+    w->free_slots[w->nfree++] = c->slot;
+    atomic_fetch_sub_explicit(&w->s->conns, 1, memory_order_relaxed);
+    w->stat[TK_WSTAT_conns_open]--;
+}
+
+/* Finishes a close once the kernel holds no more references to it. */
+static void conn_maybe_release(struct tk_worker *w, struct conn *c)
+{
+    if (c->state != CONN_CLOSING || c->send_inflight || c->dirty)
+        return;
+    if (c->out.len == 0 && c->recv_armed) {
+        /* Everything said: stop the multishot recv; its final CQE releases. */
+        shutdown(c->fd, SHUT_RDWR);
+        cancel_recv(w, c);
+        return;
+    }
+    if (!c->recv_armed && !c->cancel_inflight)
+        conn_free_slot(w, c);
+}
+
+/* Starts closing: no more input is read; pending output is still sent. */
+void conn_close(struct tk_worker *w, struct conn *c)
+{
+    if (c->state == CONN_CLOSING || c->state == CONN_FREE)
+        return;
+    bool was_ready = c->state == CONN_READY;
+    c->state = CONN_CLOSING;
+    c->in.len = 0;
+    if (was_ready)
+        worker_client_closed(w, tk_client_ref(w->idx, c->slot, c->gen));
+    if (c->out.len == 0)
+        cancel_recv(w, c);
+    mark_dirty(w, c); /* flush decides when to release */
+}
+
+static void conn_error(struct tk_worker *w, struct conn *c, enum tk_reason r)
+{
+    conn_write_error(w, c, r);
+    w->stat[TK_WSTAT_conn_errors]++;
+    conn_close(w, c);
+}
+
+void conn_moved(struct tk_worker *w, struct conn *c)
+{
+    char line[TK_ADDR_MAX + 8];
+    size_t n = tk_proto_fmt_moved(line, sizeof(line), w->leader_addr[0] ? w->leader_addr : NULL);
+    conn_stream_out(w, c, line, n);
+    w->stat[TK_WSTAT_moved]++;
+    conn_close(w, c);
+}
+
+static bool conn_paused(const struct tk_worker *w, const struct conn *c)
+{
+    return c->inflight >= w->s->opt.max_inflight ||
+           c->out.len + (c->snd.len - c->snd_off) >= OUT_PAUSE_BYTES;
+}
+
+/* Drops deadlines of connections that finished or closed, keeping order. */
+static void hs_compact(struct tk_worker *w)
+{
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < w->hs_len; i++) {
+        struct hs_deadline d = w->hs[(w->hs_head + i) % w->hs_cap];
+        struct conn *c = conn_get(w, d.slot, d.gen);
+        if (c && c->state == CONN_HANDSHAKE)
+            w->hs[(w->hs_head + kept++) % w->hs_cap] = d;
+    }
+    w->hs_len = kept;
+}
+
+static void hs_push(struct tk_worker *w, struct conn *c)
+{
+    if (w->hs_len == w->hs_cap)
+        hs_compact(w);
+    TK_ASSERT(w->hs_len < w->hs_cap);
+    struct hs_deadline *d = &w->hs[(w->hs_head + w->hs_len) % w->hs_cap];
+    d->slot = c->slot;
+    d->gen = c->gen;
+    d->at_us = w->now_us + (uint64_t)w->s->opt.handshake_ms * 1000u;
+    w->hs_len++;
+}
+
+void conn_on_accept(struct tk_worker *w, int fd)
+{
+    struct tk_server *s = w->s;
+    uint64_t n = atomic_fetch_add_explicit(&s->conns, 1, memory_order_relaxed) + 1;
+    if (n > s->opt.max_connections || w->nfree == 0) {
+        atomic_fetch_sub_explicit(&s->conns, 1, memory_order_relaxed);
+        static const char overload[] = "E - overload\n";
+        ssize_t r = send(fd, overload, sizeof(overload) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)r;
+        close(fd);
+        w->stat[TK_WSTAT_conns_rejected]++;
+        return;
+    }
+    uint32_t slot = w->free_slots[--w->nfree];
+    struct conn *c = w->conns[slot];
+    if (!c) {
+        c = calloc(1, sizeof(*c));
+        TK_ASSERT(c != NULL);
+        c->slot = slot;
+        c->gen = 1;
+        w->conns[slot] = c;
+    }
+    TK_ASSERT(c->state == CONN_FREE);
+    c->fd = fd;
+    c->state = CONN_HANDSHAKE;
+    c->inflight = 0;
+    c->snd_off = 0;
+    c->recv_stopped = false;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    w->stat[TK_WSTAT_conns_accepted]++;
+    w->stat[TK_WSTAT_conns_open]++;
+    if (tk_auth_nonce(c->snonce) != TK_OK) {
+        tk_log(TK_LOG_ERROR, "CSPRNG failed; refusing connection");
+        conn_close(w, c);
+        return;
+    }
+    char line[128];
+    size_t len = tk_proto_fmt_banner(line, sizeof(line), false, c->snonce);
+    conn_stream_out(w, c, line, len);
+    hs_push(w, c);
+    arm_recv(w, c);
+}
+
+void conn_deliver(struct tk_worker *w, const struct tk_lock_reply *r)
+{
+    struct conn *c = conn_get(w, tk_client_slot(r->client), tk_client_gen(r->client));
+    if (!c || c->state != CONN_READY)
+        return; /* the connection closed meanwhile; its outcome is Indeterminate */
+    if (r->type == 'M' || r->type == 'X') {
+        /* The shard could not take a forwarded request: it stepped down
+         * (M) or a bound of its own was hit (E - overload). */
+        if (r->type == 'M')
+            conn_moved(w, c);
+        else
+            conn_overload(w, c);
+        return;
+    }
+    char line[160];
+    size_t n;
+    switch (r->type) {
+    case 'G':
+        n = tk_proto_fmt_grant(line, sizeof(line), r->id, r->token);
+        w->stat[TK_WSTAT_res_granted]++;
+        break;
+    case 'Q':
+        n = tk_proto_fmt_query(line, sizeof(line), r->id, r->owner, r->owner_len, r->token,
+                               r->waiters);
+        w->stat[TK_WSTAT_res_query]++;
+        break;
+    default:
+        n = tk_proto_fmt_id(line, sizeof(line), r->type, r->id);
+        w->stat[r->type == 'T'   ? TK_WSTAT_res_timeout
+                : r->type == 'B' ? TK_WSTAT_res_busy
+                : r->type == 'R' ? TK_WSTAT_res_released
+                                 : TK_WSTAT_res_not_held]++;
+        break;
+    }
+    TK_ASSERT(n > 0);
+    TK_ASSERT(c->inflight > 0);
+    conn_stream_out(w, c, line, n);
+    bool was_paused = conn_paused(w, c);
+    c->inflight--;
+    if (was_paused && !conn_paused(w, c))
+        mark_resume(w, c);
+}
+
+static void handle_request_line(struct tk_worker *w, struct conn *c, const char *line, size_t len)
+{
+    struct tk_request req;
+    char out[64];
+    enum tk_parse_status st = tk_proto_parse(line, len, &req);
+    if (st == TK_PARSE_FATAL) {
+        w->stat[TK_WSTAT_req_invalid]++;
+        conn_error(w, c, TK_REASON_SYNTAX);
+        return;
+    }
+    if (st == TK_PARSE_REJECT) {
+        w->stat[TK_WSTAT_req_invalid]++;
+        size_t n = tk_proto_fmt_error(out, sizeof(out), true, req.id, req.reason);
+        conn_stream_out(w, c, out, n);
+        return;
+    }
+    if (req.type == 'P') {
+        w->stat[TK_WSTAT_req_ping]++;
+        size_t n = tk_proto_fmt_id(out, sizeof(out), 'P', req.id);
+        conn_stream_out(w, c, out, n);
+        return;
+    }
+    w->stat[req.type == 'A' ? TK_WSTAT_req_acquire
+            : req.type == 'R' ? TK_WSTAT_req_release
+                              : TK_WSTAT_req_query]++;
+    struct tk_lock_req lr = {
+        .type = req.type,
+        .client = tk_client_ref(w->idx, c->slot, c->gen),
+        .id = req.id,
+        .key = req.key,
+        .key_len = req.key_len,
+        .owner = req.owner,
+        .owner_len = req.owner_len,
+        .lease_ms = req.lease_ms,
+        .wait_ms = req.wait_ms,
+        .token = req.token,
+    };
+    c->inflight++;
+    if (c->inflight == w->s->opt.max_inflight)
+        w->stat[TK_WSTAT_inflight_paused]++;
+    worker_route(w, &lr);
+}
+
+static void handle_auth_line(struct tk_worker *w, struct conn *c, const char *line, size_t len)
+{
+    const char *cnonce, *cproof;
+    char expect[TK_AUTH_HEX_LEN + 1];
+    if (!tk_proto_parse_auth(line, len, &cnonce, &cproof)) {
+        w->stat[TK_WSTAT_auth_failures]++;
+        conn_error(w, c, TK_REASON_AUTH);
+        return;
+    }
+    struct tk_server *s = w->s;
+    tk_auth_proof(s->client_secret, s->client_secret_len, false, c->snonce, cnonce, expect);
+    if (!tk_auth_equal(expect, cproof, TK_AUTH_HEX_LEN)) {
+        w->stat[TK_WSTAT_auth_failures]++;
+        conn_error(w, c, TK_REASON_AUTH);
+        return;
+    }
+    char sproof[TK_AUTH_HEX_LEN + 1];
+    tk_auth_proof(s->client_secret, s->client_secret_len, true, c->snonce, cnonce, sproof);
+    uint64_t domain[2] = {atomic_load(&s->domain_lo), atomic_load(&s->domain_hi)};
+    char ok[160];
+    size_t n = tk_proto_fmt_ok(ok, sizeof(ok), sproof, s->node_id, domain);
+    conn_stream_out(w, c, ok, n);
+    if (!w->leader) {
+        conn_moved(w, c);
+        return;
+    }
+    c->state = CONN_READY;
+}
+
+/* Parses complete lines from the connection's input until it runs out,
+ * pauses (in-flight or output bound) or closes. */
+static void conn_parse(struct tk_worker *w, struct conn *c)
+{
+    uint32_t pos = 0;
+    while (pos < c->in.len && (c->state == CONN_HANDSHAKE || c->state == CONN_READY)) {
+        if (c->state == CONN_READY && (conn_paused(w, c) || w->backlogged))
+            break;
+        char *start = c->in.p + pos;
+        uint32_t avail = c->in.len - pos;
+        char *nl = memchr(start, '\n', TK_MIN(avail, (uint32_t)TK_LINE_MAX));
+        if (!nl) {
+            if (avail >= TK_LINE_MAX)
+                conn_error(w, c, TK_REASON_TOOLONG);
+            break;
+        }
+        size_t len = (size_t)(nl - start);
+        pos += (uint32_t)len + 1;
+        if (c->state == CONN_HANDSHAKE)
+            handle_auth_line(w, c, start, len);
+        else
+            handle_request_line(w, c, start, len);
+    }
+    if (c->state == CONN_CLOSING) {
+        c->in.len = 0;
+        return;
+    }
+    if (pos > 0) {
+        memmove(c->in.p, c->in.p + pos, c->in.len - pos);
+        c->in.len -= pos;
+    }
+    /* A paused connection keeps its recv only while its backlog is small. */
+    if (c->in.len >= IN_PAUSE_BYTES && c->recv_armed) {
+        c->recv_stopped = true;
+        cancel_recv(w, c);
+    }
+}
+
+/* Restarts a recv that a pause stopped, once the backlog has shrunk and the
+ * cancelled recv has fully completed. */
+static void conn_rearm(struct tk_worker *w, struct conn *c)
+{
+    if (c->state == CONN_READY && c->recv_stopped && c->in.len < IN_PAUSE_BYTES &&
+        !c->recv_armed && !c->cancel_inflight && !conn_paused(w, c)) {
+        c->recv_stopped = false;
+        arm_recv(w, c);
+    }
+}
+
+void conn_on_recv(struct tk_worker *w, struct conn *c, struct io_uring_cqe *cqe)
+{
+    bool more = cqe->flags & IORING_CQE_F_MORE;
+    if (!more)
+        c->recv_armed = false;
+    if (cqe->res > 0) {
+        TK_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
+        uint32_t bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+        TK_ASSERT(bid < TK_WORKER_BUF_COUNT);
+        char *data = w->bufs + (size_t)bid * TK_WORKER_BUF_SIZE;
+        if (c->state == CONN_HANDSHAKE || c->state == CONN_READY) {
+            if (c->in.len + (uint32_t)cqe->res > IN_CAP_MAX) {
+                conn_error(w, c, TK_REASON_OVERLOAD);
+            } else {
+                buf_reserve(&c->in, (uint32_t)cqe->res);
+                memcpy(c->in.p + c->in.len, data, (size_t)cqe->res);
+                c->in.len += (uint32_t)cqe->res;
+            }
+        }
+        io_uring_buf_ring_add(w->br, data, TK_WORKER_BUF_SIZE, (unsigned short)bid,
+                              io_uring_buf_ring_mask(TK_WORKER_BUF_COUNT), 0);
+        io_uring_buf_ring_advance(w->br, 1);
+        conn_parse(w, c);
+    } else if (cqe->res == 0 || (cqe->res < 0 && cqe->res != -ENOBUFS && cqe->res != -ECANCELED)) {
+        /* End of stream or a socket error: the client is gone. */
+        conn_close(w, c);
+        c->out.len = 0; /* nobody will read it */
+    }
+    if (!c->recv_armed) {
+        if ((c->state == CONN_HANDSHAKE || c->state == CONN_READY) && !c->recv_stopped)
+            arm_recv(w, c);
+        else if (c->recv_stopped)
+            mark_resume(w, c);
+        else
+            conn_maybe_release(w, c);
+    }
+}
+
+void conn_on_send(struct tk_worker *w, struct conn *c, int res)
+{
+    c->send_inflight = false;
+    if (res < 0) {
+        c->snd.len = 0;
+        c->snd_off = 0;
+        c->out.len = 0;
+        conn_close(w, c);
+        conn_maybe_release(w, c);
+        return;
+    }
+    bool was_paused = conn_paused(w, c);
+    c->snd_off += (uint32_t)res;
+    TK_ASSERT(c->snd_off <= c->snd.len);
+    if (c->snd_off == c->snd.len) {
+        c->snd.len = 0;
+        c->snd_off = 0;
+    }
+    if (was_paused && !conn_paused(w, c))
+        mark_resume(w, c);
+    mark_dirty(w, c);
+}
+
+static void flush_conn(struct tk_worker *w, struct conn *c)
+{
+    c->dirty = false;
+    if (c->state == CONN_FREE)
+        return;
+    if (!c->send_inflight) {
+        if (c->snd.len == 0 && c->out.len > 0) {
+            struct buf t = c->snd;
+            c->snd = c->out;
+            c->out = t;
+            c->out.len = 0;
+            c->snd_off = 0;
+        }
+        if (c->snd.len > c->snd_off) {
+            struct io_uring_sqe *sqe = worker_sqe(w);
+            io_uring_prep_send(sqe, c->fd, c->snd.p + c->snd_off, c->snd.len - c->snd_off,
+                               MSG_NOSIGNAL);
+            io_uring_sqe_set_data64(sqe, tk_ud(OP_SEND, c->slot, c->gen));
+            c->send_inflight = true;
+        }
+    }
+    conn_maybe_release(w, c);
+}
+
+void conn_expire_handshakes(struct tk_worker *w)
+{
+    while (w->hs_len > 0) {
+        struct hs_deadline *d = &w->hs[w->hs_head];
+        struct conn *c = conn_get(w, d->slot, d->gen);
+        if (c && c->state == CONN_HANDSHAKE) {
+            if (d->at_us > w->now_us)
+                break;
+            /* SPEC 5: closed without a line. */
+            w->stat[TK_WSTAT_handshake_timeouts]++;
+            conn_close(w, c);
+        }
+        w->hs_head = (w->hs_head + 1) % w->hs_cap;
+        w->hs_len--;
+    }
+}
+
+void conn_on_cancel(struct tk_worker *w, struct conn *c)
+{
+    c->cancel_inflight = false;
+    conn_maybe_release(w, c);
+    if (c->recv_stopped)
+        mark_resume(w, c);
+}
+
+void conn_overload(struct tk_worker *w, struct conn *c)
+{
+    conn_error(w, c, TK_REASON_OVERLOAD);
+}
+
+/* Resumes every connection with unparsed input (after a push back ended). */
+void conn_resume_all(struct tk_worker *w)
+{
+    for (uint32_t i = 0; i < w->nconns_alloc; i++)
+        if (w->conns[i] && w->conns[i]->state == CONN_READY && w->conns[i]->in.len)
+            mark_resume(w, w->conns[i]);
+}
+
+/* End of a round: parse what paused connections can take now, then hand
+ * every connection's pending output to the kernel. */
+void conn_flush_round(struct tk_worker *w)
+{
+    while (w->resume) {
+        struct conn *c = w->resume;
+        w->resume = c->next_resume;
+        c->resume = false;
+        if (c->state != CONN_READY || conn_paused(w, c))
+            continue;
+        conn_parse(w, c);
+        conn_rearm(w, c);
+    }
+}
+
+void conn_flush_sends(struct tk_worker *w)
+{
+    while (w->dirty) {
+        struct conn *c = w->dirty;
+        w->dirty = c->next_dirty;
+        flush_conn(w, c);
+    }
+}
+
+void conn_free_all(struct tk_worker *w)
+{
+    for (uint32_t i = 0; i < w->nconns_alloc; i++) {
+        struct conn *c = w->conns[i];
+        if (!c)
+            continue;
+        if (c->fd >= 0 && c->state != CONN_FREE)
+            close(c->fd);
+        buf_free(&c->in);
+        buf_free(&c->out);
+        buf_free(&c->snd);
+        free(c);
+        w->conns[i] = NULL;
+    }
+}

@@ -1,0 +1,641 @@
+/* Peer links of the Raft thread: io_uring connect/accept/recv/send, the
+ * peer handshake, and frame reassembly. See net/peer.h. */
+#include "net/peer.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <liburing.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/auth.h"
+#include "core/proto.h"
+
+#define LINKS_MAX 64                  /* outbound + inbound links */
+#define RECV_CHUNK (256u << 10)
+#define IN_CAP_MAX (TK_WIRE_FRAME_MAX + TK_WIRE_LENGTH_LEN + RECV_CHUNK)
+#define OUT_MAX (64u << 20)           /* queued bytes per link before it is cut */
+#define CONNECT_TIMEOUT_MS 1000
+#define HANDSHAKE_US 5000000u
+#define BACKOFF_MIN_US 100000u
+#define BACKOFF_MAX_US 1000000u
+
+enum { POP_ACCEPT = 1, POP_CONNECT, POP_RECV, POP_SEND, POP_WAKE, POP_TIMEOUT, POP_CANCEL };
+enum { L_IDLE, L_CONNECTING, L_BANNER, L_AUTH, L_OK, L_READY, L_CLOSING };
+
+struct tk_plink {
+    uint32_t slot, gen;
+    int fd;
+    bool outbound;
+    uint8_t state;
+    bool recv_inflight, send_inflight, connect_inflight;
+    char addr[TK_ADDR_MAX];
+    uint64_t remote_id;
+    char snonce[TK_AUTH_HEX_LEN + 1], cnonce[TK_AUTH_HEX_LEN + 1];
+    uint8_t *in;
+    size_t in_len, in_cap;
+    uint8_t *out, *snd;
+    size_t out_len, out_cap, snd_len, snd_off, snd_cap;
+    uint64_t deadline_us;   /* handshake deadline */
+    uint64_t retry_at_us;   /* outbound idle: next dial */
+    uint64_t backoff_us;
+    struct sockaddr_storage sa;
+    socklen_t salen;
+};
+
+struct tk_peers {
+    struct tk_server *s;
+    struct tk_peer_cb cb;
+    struct io_uring ring;
+    int listen_fd;
+    int wake_fd;
+    uint64_t wake_buf;
+    struct tk_plink *links[LINKS_MAX];
+    struct __kernel_timespec connect_ts;
+    struct tk_wire_scratch scratch;
+    struct tk_peer_stats st;
+};
+
+static uint64_t pud(int op, uint32_t slot, uint32_t gen)
+{
+    return ((uint64_t)op << 56) | ((uint64_t)slot << 32) | gen;
+}
+
+static struct io_uring_sqe *sqe_get(struct tk_peers *p)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&p->ring);
+    if (!sqe) {
+        io_uring_submit(&p->ring);
+        sqe = io_uring_get_sqe(&p->ring);
+    }
+    TK_ASSERT(sqe != NULL);
+    return sqe;
+}
+
+static void arm_wake(struct tk_peers *p)
+{
+    struct io_uring_sqe *sqe = sqe_get(p);
+    io_uring_prep_read(sqe, p->wake_fd, &p->wake_buf, sizeof(p->wake_buf), 0);
+    io_uring_sqe_set_data64(sqe, pud(POP_WAKE, 0, 0));
+}
+
+static void arm_accept(struct tk_peers *p)
+{
+    struct io_uring_sqe *sqe = sqe_get(p);
+    io_uring_prep_multishot_accept(sqe, p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    io_uring_sqe_set_data64(sqe, pud(POP_ACCEPT, 0, 0));
+}
+
+static void arm_recv(struct tk_peers *p, struct tk_plink *l)
+{
+    if (l->in_cap - l->in_len < RECV_CHUNK) {
+        size_t cap = l->in_len + RECV_CHUNK;
+        uint8_t *n = realloc(l->in, cap);
+        TK_ASSERT(n != NULL);
+        l->in = n;
+        l->in_cap = cap;
+    }
+    struct io_uring_sqe *sqe = sqe_get(p);
+    io_uring_prep_recv(sqe, l->fd, l->in + l->in_len, l->in_cap - l->in_len, 0);
+    io_uring_sqe_set_data64(sqe, pud(POP_RECV, l->slot, l->gen));
+    l->recv_inflight = true;
+}
+
+static struct tk_plink *link_new(struct tk_peers *p, bool outbound)
+{
+    for (uint32_t i = 0; i < LINKS_MAX; i++) {
+        if (p->links[i])
+            continue;
+        struct tk_plink *l = calloc(1, sizeof(*l));
+        TK_ASSERT(l != NULL);
+        l->slot = i;
+        l->gen = 1;
+        l->fd = -1;
+        l->outbound = outbound;
+        l->backoff_us = BACKOFF_MIN_US;
+        p->links[i] = l;
+        return l;
+    }
+    return NULL;
+}
+
+static void out_append(struct tk_plink *l, const void *data, size_t n)
+{
+    if (l->out_len + n > l->out_cap) {
+        size_t cap = l->out_cap ? l->out_cap : 65536;
+        while (cap < l->out_len + n)
+            cap *= 2;
+        uint8_t *q = realloc(l->out, cap);
+        TK_ASSERT(q != NULL);
+        l->out = q;
+        l->out_cap = cap;
+    }
+    memcpy(l->out + l->out_len, data, n);
+    l->out_len += n;
+}
+
+/* Stops using a link. Outbound links keep their slot and redial once the
+ * kernel is done with the socket; inbound links are freed then. */
+void tk_plink_close(struct tk_peers *p, struct tk_plink *l)
+{
+    if (l->state == L_CLOSING || l->state == L_IDLE)
+        return;
+    l->state = L_CLOSING;
+    p->st.links_closed++;
+    if (l->fd >= 0)
+        shutdown(l->fd, SHUT_RDWR);
+    if (l->connect_inflight) {
+        struct io_uring_sqe *sqe = sqe_get(p);
+        io_uring_prep_cancel64(sqe, pud(POP_CONNECT, l->slot, l->gen), 0);
+        io_uring_sqe_set_data64(sqe, pud(POP_CANCEL, 0, 0));
+    }
+}
+
+static void link_finish_close(struct tk_peers *p, struct tk_plink *l)
+{
+    if (l->state != L_CLOSING || l->recv_inflight || l->send_inflight || l->connect_inflight)
+        return;
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = -1;
+    l->in_len = l->out_len = l->snd_len = l->snd_off = 0;
+    l->remote_id = 0;
+    l->gen++;
+    if (!l->outbound) {
+        p->links[l->slot] = NULL;
+        free(l->in);
+        free(l->out);
+        free(l->snd);
+        free(l);
+        return;
+    }
+    l->state = L_IDLE;
+    l->retry_at_us = tk_now_us() + l->backoff_us;
+    l->backoff_us = TK_MIN(l->backoff_us * 2, BACKOFF_MAX_US);
+}
+
+static int resolve(struct tk_plink *l)
+{
+    char host[TK_ADDR_MAX];
+    uint32_t port;
+    if (tk_addr_split(l->addr, host, sizeof(host), &port) != TK_OK)
+        return TK_EINVAL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char portstr[16];
+    snprintf(portstr, sizeof(portstr), "%u", port);
+    /* Blocking lookup: peers are addressed by IP or by names the cluster's
+     * resolver answers at once (Kubernetes headless service). */
+    if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res)
+        return TK_EIO;
+    memcpy(&l->sa, res->ai_addr, res->ai_addrlen);
+    l->salen = res->ai_addrlen;
+    freeaddrinfo(res);
+    return TK_OK;
+}
+
+static void dial(struct tk_peers *p, struct tk_plink *l)
+{
+    TK_ASSERT(l->outbound && l->state == L_IDLE);
+    p->st.dials++;
+    if (resolve(l) != TK_OK) {
+        l->retry_at_us = tk_now_us() + l->backoff_us;
+        l->backoff_us = TK_MIN(l->backoff_us * 2, BACKOFF_MAX_US);
+        return;
+    }
+    l->fd = socket(l->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) {
+        l->retry_at_us = tk_now_us() + BACKOFF_MAX_US;
+        return;
+    }
+    int one = 1;
+    setsockopt(l->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    l->state = L_CONNECTING;
+    l->deadline_us = tk_now_us() + HANDSHAKE_US;
+    struct io_uring_sqe *sqe = sqe_get(p);
+    io_uring_prep_connect(sqe, l->fd, (struct sockaddr *)&l->sa, l->salen);
+    io_uring_sqe_set_data64(sqe, pud(POP_CONNECT, l->slot, l->gen));
+    sqe->flags |= IOSQE_IO_LINK;
+    sqe = sqe_get(p);
+    io_uring_prep_link_timeout(sqe, &p->connect_ts, 0);
+    io_uring_sqe_set_data64(sqe, pud(POP_TIMEOUT, 0, 0));
+    l->connect_inflight = true;
+}
+
+struct tk_plink *tk_peers_find(struct tk_peers *p, const char *addr)
+{
+    for (uint32_t i = 0; i < LINKS_MAX; i++) {
+        struct tk_plink *l = p->links[i];
+        if (l && l->outbound && !strcmp(l->addr, addr))
+            return l;
+    }
+    return NULL;
+}
+
+struct tk_plink *tk_peers_dial(struct tk_peers *p, const char *addr)
+{
+    struct tk_plink *l = tk_peers_find(p, addr);
+    if (l)
+        return l;
+    l = link_new(p, true);
+    if (!l)
+        return NULL;
+    snprintf(l->addr, sizeof(l->addr), "%s", addr);
+    dial(p, l);
+    return l;
+}
+
+bool tk_plink_ready(const struct tk_plink *l)
+{
+    return l && l->state == L_READY;
+}
+
+uint64_t tk_plink_remote_id(const struct tk_plink *l)
+{
+    return l->remote_id;
+}
+
+const char *tk_plink_addr(const struct tk_plink *l)
+{
+    return l->addr;
+}
+
+bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_frame *f)
+{
+    if (!tk_plink_ready(l)) {
+        p->st.frames_dropped++;
+        return false;
+    }
+    size_t n = tk_wire_encoded_len(f);
+    if (l->out_len + (l->snd_len - l->snd_off) + n > OUT_MAX) {
+        /* The peer does not keep up: cut the link rather than queue without
+         * bound; Raft resends from the follower's match index later. */
+        p->st.frames_dropped++;
+        tk_plink_close(p, l);
+        return false;
+    }
+    if (l->out_len + n > l->out_cap) {
+        size_t cap = l->out_cap ? l->out_cap : 65536;
+        while (cap < l->out_len + n)
+            cap *= 2;
+        uint8_t *q = realloc(l->out, cap);
+        TK_ASSERT(q != NULL);
+        l->out = q;
+        l->out_cap = cap;
+    }
+    size_t w = tk_wire_encode(f, l->out + l->out_len, l->out_cap - l->out_len);
+    TK_ASSERT(w == n);
+    l->out_len += n;
+    p->st.frames_out++;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Handshake (SPEC 2 with the peer secret and the TICKETING-PEER/1 banner) */
+
+static void send_line(struct tk_plink *l, const char *line, size_t n)
+{
+    out_append(l, line, n);
+}
+
+static void hs_fail(struct tk_peers *p, struct tk_plink *l, bool tell)
+{
+    p->st.auth_failures++;
+    if (tell) {
+        static const char e[] = "E - auth\n";
+        ssize_t w = send(l->fd, e, sizeof(e) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)w;
+    }
+    tk_log(TK_LOG_WARN, "peer handshake failed on %s link %s", l->outbound ? "outbound" : "inbound",
+           l->outbound ? l->addr : "(accepted)");
+    tk_plink_close(p, l);
+}
+
+static void hs_line(struct tk_peers *p, struct tk_plink *l, const char *line, size_t len)
+{
+    struct tk_server *s = p->s;
+    char proof[TK_AUTH_HEX_LEN + 1];
+    if (l->state == L_BANNER) { /* outbound: server's banner */
+        const char *sn;
+        if (!tk_proto_parse_banner(line, len, true, &sn)) {
+            hs_fail(p, l, false);
+            return;
+        }
+        memcpy(l->snonce, sn, TK_AUTH_HEX_LEN);
+        l->snonce[TK_AUTH_HEX_LEN] = 0;
+        if (tk_auth_nonce(l->cnonce) != TK_OK) {
+            hs_fail(p, l, false);
+            return;
+        }
+        tk_auth_proof(s->peer_secret, s->peer_secret_len, false, l->snonce, l->cnonce, proof);
+        char out[200];
+        size_t n = tk_proto_fmt_auth(out, sizeof(out), l->cnonce, proof);
+        send_line(l, out, n);
+        l->state = L_OK;
+    } else if (l->state == L_OK) { /* outbound: server's OK */
+        const char *sproof;
+        uint64_t id, dom[2];
+        if (!tk_proto_parse_ok(line, len, &sproof, &id, dom)) {
+            hs_fail(p, l, false);
+            return;
+        }
+        tk_auth_proof(s->peer_secret, s->peer_secret_len, true, l->snonce, l->cnonce, proof);
+        if (!tk_auth_equal(proof, sproof, TK_AUTH_HEX_LEN)) {
+            hs_fail(p, l, false);
+            return;
+        }
+        l->remote_id = id;
+        l->state = L_READY;
+        l->backoff_us = BACKOFF_MIN_US;
+        p->st.handshakes++;
+    } else if (l->state == L_AUTH) { /* inbound: the dialler's AUTH */
+        const char *cn, *cproof;
+        if (!tk_proto_parse_auth(line, len, &cn, &cproof)) {
+            hs_fail(p, l, true);
+            return;
+        }
+        memcpy(l->cnonce, cn, TK_AUTH_HEX_LEN);
+        l->cnonce[TK_AUTH_HEX_LEN] = 0;
+        tk_auth_proof(s->peer_secret, s->peer_secret_len, false, l->snonce, l->cnonce, proof);
+        if (!tk_auth_equal(proof, cproof, TK_AUTH_HEX_LEN)) {
+            hs_fail(p, l, true);
+            return;
+        }
+        tk_auth_proof(s->peer_secret, s->peer_secret_len, true, l->snonce, l->cnonce, proof);
+        uint64_t dom[2] = {atomic_load(&s->domain_lo), atomic_load(&s->domain_hi)};
+        char out[200];
+        size_t n = tk_proto_fmt_ok(out, sizeof(out), proof, s->node_id, dom);
+        send_line(l, out, n);
+        l->state = L_READY;
+        p->st.handshakes++;
+    }
+}
+
+/* Parses what arrived: handshake lines first, then frames. */
+static void link_input(struct tk_peers *p, struct tk_plink *l)
+{
+    size_t pos = 0;
+    while (pos < l->in_len && l->state != L_CLOSING) {
+        if (l->state != L_READY) {
+            uint8_t *nl = memchr(l->in + pos, '\n', TK_MIN(l->in_len - pos, (size_t)TK_LINE_MAX));
+            if (!nl) {
+                if (l->in_len - pos >= TK_LINE_MAX)
+                    hs_fail(p, l, l->state == L_AUTH);
+                break;
+            }
+            size_t len = (size_t)(nl - (l->in + pos));
+            hs_line(p, l, (const char *)l->in + pos, len);
+            pos += len + 1;
+            continue;
+        }
+        size_t flen = 0;
+        if (tk_wire_frame_len(l->in + pos, l->in_len - pos, &flen) != TK_OK) {
+            tk_log(TK_LOG_WARN, "peer frame too large or malformed; closing link");
+            tk_plink_close(p, l);
+            break;
+        }
+        if (flen == 0 || l->in_len - pos < flen)
+            break;
+        struct tk_wire_frame f;
+        if (tk_wire_decode(l->in + pos, flen, &f, &p->scratch) != TK_OK) {
+            tk_log(TK_LOG_WARN, "malformed peer frame; closing link");
+            tk_plink_close(p, l);
+            break;
+        }
+        p->st.frames_in++;
+        pos += flen;
+        p->cb.frame(p->cb.ctx, l, &f);
+    }
+    if (l->state == L_CLOSING) {
+        l->in_len = 0;
+        return;
+    }
+    if (pos) {
+        memmove(l->in, l->in + pos, l->in_len - pos);
+        l->in_len -= pos;
+    }
+    if (l->in_len >= IN_CAP_MAX - RECV_CHUNK) {
+        tk_plink_close(p, l);
+    }
+}
+
+static void on_accept(struct tk_peers *p, int fd)
+{
+    struct tk_plink *l = link_new(p, false);
+    if (!l) {
+        close(fd);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    l->fd = fd;
+    l->state = L_AUTH;
+    l->deadline_us = tk_now_us() + HANDSHAKE_US;
+    if (tk_auth_nonce(l->snonce) != TK_OK) {
+        tk_plink_close(p, l);
+        return;
+    }
+    char line[128];
+    size_t n = tk_proto_fmt_banner(line, sizeof(line), true, l->snonce);
+    send_line(l, line, n);
+    arm_recv(p, l);
+}
+
+static struct tk_plink *link_get(struct tk_peers *p, uint32_t slot, uint32_t gen)
+{
+    if (slot >= LINKS_MAX || !p->links[slot] || p->links[slot]->gen != gen)
+        return NULL;
+    return p->links[slot];
+}
+
+static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
+{
+    uint64_t ud = io_uring_cqe_get_data64(cqe);
+    int op = (int)(ud >> 56);
+    uint32_t slot = (uint32_t)(ud >> 32) & 0xffffffu;
+    uint32_t gen = (uint32_t)ud;
+    struct tk_plink *l = NULL;
+    if (op == POP_CONNECT || op == POP_RECV || op == POP_SEND) {
+        l = link_get(p, slot, gen);
+        TK_ASSERT(l != NULL);
+    }
+    switch (op) {
+    case POP_ACCEPT:
+        if (cqe->res >= 0)
+            on_accept(p, cqe->res);
+        if (!(cqe->flags & IORING_CQE_F_MORE) && !atomic_load(&p->s->stopping))
+            arm_accept(p);
+        break;
+    case POP_CONNECT:
+        l->connect_inflight = false;
+        if (l->state != L_CONNECTING) {
+            link_finish_close(p, l);
+        } else if (cqe->res < 0) {
+            l->state = L_CLOSING;
+            link_finish_close(p, l);
+        } else {
+            l->state = L_BANNER;
+            arm_recv(p, l);
+        }
+        break;
+    case POP_RECV:
+        l->recv_inflight = false;
+        if (cqe->res <= 0 || l->state == L_CLOSING) {
+            tk_plink_close(p, l);
+            link_finish_close(p, l);
+            break;
+        }
+        l->in_len += (size_t)cqe->res;
+        p->st.bytes_in += (uint64_t)cqe->res;
+        link_input(p, l);
+        if (l->state != L_CLOSING)
+            arm_recv(p, l);
+        else
+            link_finish_close(p, l);
+        break;
+    case POP_SEND:
+        l->send_inflight = false;
+        if (cqe->res < 0) {
+            tk_plink_close(p, l);
+            link_finish_close(p, l);
+            break;
+        }
+        l->snd_off += (size_t)cqe->res;
+        p->st.bytes_out += (uint64_t)cqe->res;
+        if (l->snd_off == l->snd_len)
+            l->snd_len = l->snd_off = 0;
+        link_finish_close(p, l);
+        break;
+    case POP_WAKE:
+        arm_wake(p);
+        break;
+    default:
+        break; /* link timeouts and cancels need nothing */
+    }
+}
+
+static void flush_link(struct tk_peers *p, struct tk_plink *l)
+{
+    if (l->send_inflight || l->fd < 0 || l->state == L_CLOSING || l->state == L_CONNECTING)
+        return;
+    if (l->snd_len == 0 && l->out_len > 0) {
+        uint8_t *t = l->snd;
+        size_t tcap = l->snd_cap;
+        l->snd = l->out;
+        l->snd_cap = l->out_cap;
+        l->snd_len = l->out_len;
+        l->snd_off = 0;
+        l->out = t;
+        l->out_cap = tcap;
+        l->out_len = 0;
+    }
+    if (l->snd_len > l->snd_off) {
+        struct io_uring_sqe *sqe = sqe_get(p);
+        io_uring_prep_send(sqe, l->fd, l->snd + l->snd_off, l->snd_len - l->snd_off,
+                           MSG_NOSIGNAL);
+        io_uring_sqe_set_data64(sqe, pud(POP_SEND, l->slot, l->gen));
+        l->send_inflight = true;
+    }
+}
+
+void tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
+{
+    uint64_t now = tk_now_us();
+    for (uint32_t i = 0; i < LINKS_MAX; i++) {
+        struct tk_plink *l = p->links[i];
+        if (!l)
+            continue;
+        if (l->state == L_IDLE && l->outbound && now >= l->retry_at_us)
+            dial(p, l);
+        else if (l->state != L_READY && l->state != L_IDLE && l->state != L_CLOSING &&
+                 now >= l->deadline_us)
+            tk_plink_close(p, l);
+        if (p->links[i])
+            flush_link(p, p->links[i]);
+    }
+    struct __kernel_timespec ts = {.tv_sec = (long long)(timeout_us / 1000000u),
+                                   .tv_nsec = (long long)(timeout_us % 1000000u) * 1000};
+    struct io_uring_cqe *cqe = NULL;
+    io_uring_submit_and_wait_timeout(&p->ring, &cqe, 1, &ts, NULL);
+    unsigned head, n = 0;
+    io_uring_for_each_cqe(&p->ring, head, cqe)
+    {
+        handle_cqe(p, cqe);
+        n++;
+    }
+    io_uring_cq_advance(&p->ring, n);
+}
+
+int tk_peers_create(struct tk_server *s, const struct tk_peer_cb *cb, int wake_fd,
+                    struct tk_peers **out)
+{
+    struct tk_peers *p = calloc(1, sizeof(*p));
+    if (!p)
+        return TK_ENOMEM;
+    p->s = s;
+    p->cb = *cb;
+    p->wake_fd = wake_fd;
+    p->listen_fd = -1;
+    p->connect_ts.tv_sec = CONNECT_TIMEOUT_MS / 1000;
+    p->connect_ts.tv_nsec = (CONNECT_TIMEOUT_MS % 1000) * 1000000;
+    p->scratch.entries = calloc(TK_WIRE_ENTRIES_MAX, sizeof(struct tk_raft_entry));
+    p->scratch.entries_cap = TK_WIRE_ENTRIES_MAX;
+    if (!p->scratch.entries) {
+        free(p);
+        return TK_ENOMEM;
+    }
+    int rc = io_uring_queue_init(512, &p->ring, 0);
+    if (rc < 0) {
+        tk_log(TK_LOG_ERROR, "raft: io_uring setup failed: %s", strerror(-rc));
+        free(p->scratch.entries);
+        free(p);
+        return TK_EUNSUPPORTED;
+    }
+    p->listen_fd = tk_listen(s->opt.bind, s->opt.peer_port, false);
+    if (p->listen_fd < 0) {
+        tk_log(TK_LOG_ERROR, "cannot listen on peer port %s:%u: %s", s->opt.bind,
+               s->opt.peer_port, strerror(errno));
+        io_uring_queue_exit(&p->ring);
+        free(p->scratch.entries);
+        free(p);
+        return TK_EIO;
+    }
+    arm_accept(p);
+    arm_wake(p);
+    *out = p;
+    return TK_OK;
+}
+
+void tk_peers_destroy(struct tk_peers *p)
+{
+    if (!p)
+        return;
+    for (uint32_t i = 0; i < LINKS_MAX; i++) {
+        struct tk_plink *l = p->links[i];
+        if (!l)
+            continue;
+        if (l->fd >= 0)
+            close(l->fd);
+        free(l->in);
+        free(l->out);
+        free(l->snd);
+        free(l);
+    }
+    io_uring_queue_exit(&p->ring);
+    if (p->listen_fd >= 0)
+        close(p->listen_fd);
+    free(p->scratch.entries);
+    free(p);
+}
+
+void tk_peers_stats(const struct tk_peers *p, struct tk_peer_stats *st)
+{
+    *st = p->st;
+}

@@ -1,0 +1,58 @@
+/* Peer links of the Raft thread (SPEC 2, 9): its own io_uring, outbound
+ * links that redial with backoff, inbound links from the peer listener, the
+ * TICKETING-PEER/1 handshake with the peer secret, and frame I/O.
+ *
+ * Each node sends its messages on the link it dialled to the receiver and
+ * receives on the links the others dialled to it, so a pair of nodes uses
+ * two TCP connections and nobody has to break ties. Only the Raft thread
+ * calls these functions.
+ */
+#ifndef TK_NET_PEER_H
+#define TK_NET_PEER_H
+
+#include "net/server.h"
+#include "raft/wire.h"
+
+struct tk_peers;
+struct tk_plink; /* one connection */
+
+struct tk_peer_cb {
+    /* A decoded frame from a link whose handshake completed. */
+    void (*frame)(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f);
+    void *ctx;
+};
+
+/* Listens on the peer port. wake_fd (eventfd) is polled in the same ring. */
+int tk_peers_create(struct tk_server *s, const struct tk_peer_cb *cb, int wake_fd,
+                    struct tk_peers **out);
+void tk_peers_destroy(struct tk_peers *p);
+
+/* The outbound link to addr ("host:port"), created and dialled on first
+ * use and redialled after failures. */
+struct tk_plink *tk_peers_dial(struct tk_peers *p, const char *addr);
+/* Outbound link to addr if one exists, else NULL. */
+struct tk_plink *tk_peers_find(struct tk_peers *p, const char *addr);
+/* True once the handshake completed; the remote NodeId and domain it
+ * announced in its OK line. */
+bool tk_plink_ready(const struct tk_plink *l);
+uint64_t tk_plink_remote_id(const struct tk_plink *l);
+const char *tk_plink_addr(const struct tk_plink *l); /* outbound: the dialled address */
+/* Closes the connection (an outbound link redials later). */
+void tk_plink_close(struct tk_peers *p, struct tk_plink *l);
+
+/* Queues one frame on a ready link. Returns false if the link is not ready
+ * or its output bound is reached (the frame is dropped; Raft retransmits). */
+bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_frame *f);
+
+/* Waits up to timeout_us for I/O (or the wake fd), handles it, redials due
+ * links and flushes queued frames. */
+void tk_peers_run(struct tk_peers *p, uint64_t timeout_us);
+
+/* Counters for /metrics. */
+struct tk_peer_stats {
+    uint64_t frames_in, frames_out, bytes_in, bytes_out;
+    uint64_t dials, handshakes, auth_failures, frames_dropped, links_closed;
+};
+void tk_peers_stats(const struct tk_peers *p, struct tk_peer_stats *st);
+
+#endif

@@ -1,0 +1,139 @@
+/* Internals of a worker thread, shared by net/worker.c (the loop, the
+ * shard and the messages between threads) and net/conn.c (client
+ * connections). Only the worker's own thread touches any of this. */
+#ifndef TK_NET_WORKER_H
+#define TK_NET_WORKER_H
+
+#include <liburing.h>
+#include <pthread.h>
+
+#include "core/auth.h"
+#include "core/proto.h"
+#include "net/server.h"
+#include "shard/lock.h"
+
+#define TK_WORKER_BUF_COUNT 512 /* provided recv buffers; power of two */
+#define TK_WORKER_BUF_SIZE 8192
+
+enum tk_op { OP_ACCEPT = 1, OP_RECV, OP_SEND, OP_WAKE, OP_CANCEL };
+enum conn_state { CONN_FREE, CONN_HANDSHAKE, CONN_READY, CONN_CLOSING };
+
+static inline uint64_t tk_ud(enum tk_op op, uint32_t slot, uint32_t gen)
+{
+    return ((uint64_t)op << 56) | ((uint64_t)(slot & 0xffffffu) << 32) | gen;
+}
+
+struct buf {
+    char *p;
+    uint32_t len, cap;
+};
+
+struct conn {
+    int fd;
+    uint32_t slot, gen;
+    uint8_t state;
+    bool recv_armed;     /* a multishot recv is outstanding */
+    bool recv_stopped;   /* paused: recv cancelled until resumed */
+    bool send_inflight;
+    bool cancel_inflight;
+    bool dirty;          /* on the worker's flush list */
+    bool resume;         /* on the worker's resume list */
+    uint32_t inflight;   /* requests without a reply yet */
+    char snonce[TK_AUTH_HEX_LEN + 1];
+    struct buf in;       /* received plaintext, not yet parsed */
+    struct buf out;      /* formatted output, not yet handed to the kernel */
+    struct buf snd;      /* output being sent; snd_off bytes done */
+    uint32_t snd_off;
+    struct conn *next_dirty, *next_resume;
+};
+
+struct hs_deadline {
+    uint32_t slot, gen;
+    uint64_t at_us;
+};
+
+/* A Q or N reply held until a read barrier confirms this node still led
+ * after computing it (linearizable reads, SPEC 3). */
+struct held_reply {
+    struct held_reply *next;
+    uint64_t round;
+    struct tk_lock_reply r;
+    char owner[TK_OWNER_LEN_MAX];
+};
+
+/* A request forwarded by a worker whose leadership epoch this worker has
+ * not reached yet: it waits for our ROLE message. */
+struct early_req {
+    struct early_req *next;
+    uint64_t epoch;
+    uint32_t len;
+    uint8_t msg[];
+};
+
+struct tk_worker {
+    struct tk_server *s;
+    uint32_t idx;
+    pthread_t thread;
+    struct io_uring ring;
+    struct tk_wake wake;
+    uint64_t wake_buf;
+    int listen_fd;
+    bool accept_armed;
+
+    struct io_uring_buf_ring *br;
+    char *bufs;
+
+    struct conn **conns; /* slot -> connection (allocated on first use) */
+    uint32_t nconns_alloc;
+    uint32_t *free_slots;
+    uint32_t nfree;
+    struct hs_deadline *hs; /* FIFO of handshake deadlines (accept order) */
+    uint32_t hs_head, hs_len, hs_cap;
+    struct conn *dirty, *resume;
+
+    /* Rings: inbox[j] is written by worker j (j != idx); from_raft by raft. */
+    struct tk_ring inbox[TK_WORKERS_MAX];
+    struct tk_ring from_raft;
+    struct tk_ring to_raft_ring;
+    struct tk_outbox to_worker[TK_WORKERS_MAX];
+    struct tk_outbox to_raft;
+    bool backlogged; /* some outbox has overflow: stop parsing input */
+
+    struct tk_lock_table *table;
+    struct tk_lock_sink sink;
+    bool leader;
+    uint64_t epoch; /* of the last ROLE message */
+    char leader_addr[TK_ADDR_MAX];
+
+    struct held_reply *held_head, *held_tail;
+    uint64_t read_round;      /* tag of replies held in the current round */
+    uint64_t read_requested;  /* last round a barrier was asked for */
+    struct early_req *early_head, *early_tail;
+
+    uint64_t now_us;
+    uint64_t stats_at;
+    uint64_t stat[TK_WSTAT_COUNT];
+};
+
+/* net/conn.c */
+void conn_on_accept(struct tk_worker *w, int fd);
+void conn_on_recv(struct tk_worker *w, struct conn *c, struct io_uring_cqe *cqe);
+void conn_on_send(struct tk_worker *w, struct conn *c, int res);
+void conn_on_cancel(struct tk_worker *w, struct conn *c);
+struct conn *conn_get(struct tk_worker *w, uint32_t slot, uint32_t gen);
+void conn_deliver(struct tk_worker *w, const struct tk_lock_reply *r);
+void conn_moved(struct tk_worker *w, struct conn *c);
+void conn_overload(struct tk_worker *w, struct conn *c);
+void conn_close(struct tk_worker *w, struct conn *c);
+void conn_flush_round(struct tk_worker *w);
+void conn_flush_sends(struct tk_worker *w);
+void conn_expire_handshakes(struct tk_worker *w);
+void conn_resume_all(struct tk_worker *w);
+void conn_free_all(struct tk_worker *w);
+struct io_uring_sqe *worker_sqe(struct tk_worker *w);
+
+/* net/worker.c, called by conn.c */
+void worker_route(struct tk_worker *w, const struct tk_lock_req *lr);
+void worker_client_closed(struct tk_worker *w, uint64_t ref);
+
+#endif

@@ -1,0 +1,464 @@
+/* Peer frames: encoding and validating decoding (layouts in wire.h).
+ *
+ * The writer asserts what the core promises (sizes, string rules); the
+ * reader trusts nothing, checks every length before reading, and rejects
+ * trailing bytes, unknown types and out-of-range flags, so a frame decodes
+ * to exactly one message or to TK_EPROTO.
+ */
+#include "raft/wire.h"
+
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* Writer                                                              */
+
+struct wbuf {
+    uint8_t *p;
+    size_t n;
+};
+
+static void w_u8(struct wbuf *w, uint8_t v)
+{
+    w->p[w->n++] = v;
+}
+
+static void w_u16(struct wbuf *w, uint16_t v)
+{
+    w->p[w->n++] = (uint8_t)v;
+    w->p[w->n++] = (uint8_t)(v >> 8);
+}
+
+static void w_u32(struct wbuf *w, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        w->p[w->n++] = (uint8_t)(v >> (8 * i));
+}
+
+static void w_u64(struct wbuf *w, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        w->p[w->n++] = (uint8_t)(v >> (8 * i));
+}
+
+static void w_bytes(struct wbuf *w, const void *p, size_t n)
+{
+    if (n > 0)
+        memcpy(w->p + w->n, p, n);
+    w->n += n;
+}
+
+static void w_str(struct wbuf *w, struct tk_raft_str s)
+{
+    TK_ASSERT(s.len <= TK_RAFT_ADDR_MAX);
+    TK_ASSERT(s.len == 0 || s.p != NULL);
+    w_u16(w, s.len);
+    w_bytes(w, s.p, s.len);
+}
+
+static size_t payload_len(const struct tk_raft_msg *m)
+{
+    size_t n = 0;
+    switch (m->type) {
+    case TK_RAFT_MSG_PREVOTE:
+    case TK_RAFT_MSG_VOTE:
+        return 17;
+    case TK_RAFT_MSG_VOTE_REPLY:
+        return 2;
+    case TK_RAFT_MSG_APPEND:
+        n = 36;
+        for (uint32_t i = 0; i < m->append.n; i++)
+            n += TK_WIRE_ENTRY_HEADER_LEN + m->append.entries[i].len;
+        return n;
+    case TK_RAFT_MSG_APPEND_REPLY:
+        return 25;
+    case TK_RAFT_MSG_SNAPSHOT: {
+        uint8_t tmp[TK_RAFT_CONFIG_ENCODED_MAX];
+        size_t c = tk_raft_config_encode(m->snapshot.config, tmp, sizeof(tmp));
+        TK_ASSERT(c > 0);
+        return 40 + c + 4 + m->snapshot.len;
+    }
+    case TK_RAFT_MSG_SNAPSHOT_REPLY:
+        return 17;
+    case TK_RAFT_MSG_TIMEOUT_NOW:
+        return 0;
+    case TK_RAFT_MSG_JOIN:
+        return 4 + (size_t)m->join.peer_addr.len + m->join.client_addr.len;
+    case TK_RAFT_MSG_JOIN_REPLY:
+        return 11 + (size_t)m->join_reply.leader_peer_addr.len;
+    case TK_RAFT_MSG_PROBE:
+        return 12 + (size_t)m->probe.peer_addr.len + m->probe.client_addr.len;
+    case TK_RAFT_MSG_PROBE_REPLY:
+        return 21 + (size_t)m->probe_reply.leader_peer_addr.len +
+               m->probe_reply.leader_client_addr.len;
+    default:
+        TK_ASSERT(false);
+        return 0;
+    }
+}
+
+size_t tk_wire_encoded_len(const struct tk_wire_frame *f)
+{
+    return TK_WIRE_LENGTH_LEN + TK_WIRE_HEADER_LEN + payload_len(&f->msg);
+}
+
+static void encode_append(struct wbuf *w, const struct tk_raft_msg *m)
+{
+    w_u64(w, m->append.prev_index);
+    w_u64(w, m->append.prev_term);
+    w_u64(w, m->append.commit);
+    w_u64(w, m->append.seq);
+    w_u32(w, m->append.n);
+    for (uint32_t i = 0; i < m->append.n; i++) {
+        const struct tk_raft_entry *e = &m->append.entries[i];
+        TK_ASSERT(e->index == m->append.prev_index + 1 + i);
+        w_u64(w, e->term);
+        w_u8(w, e->type);
+        w_u64(w, e->token_first);
+        w_u32(w, e->token_count);
+        w_u32(w, e->len);
+        w_bytes(w, e->data, e->len);
+    }
+}
+
+/* The caller checked the whole frame fits (tk_wire_encoded_len). */
+static void encode_snapshot(struct wbuf *w, const struct tk_raft_msg *m)
+{
+    w_u64(w, m->snapshot.index);
+    w_u64(w, m->snapshot.term);
+    w_u64(w, m->snapshot.token_next);
+    w_u64(w, m->snapshot.total);
+    w_u64(w, m->snapshot.offset);
+    size_t c = tk_raft_config_encode(m->snapshot.config, w->p + w->n, TK_RAFT_CONFIG_ENCODED_MAX);
+    TK_ASSERT(c > 0);
+    w->n += c;
+    w_u32(w, m->snapshot.len);
+    w_bytes(w, m->snapshot.data, m->snapshot.len);
+}
+
+static void encode_payload(struct wbuf *w, const struct tk_raft_msg *m)
+{
+    switch (m->type) {
+    case TK_RAFT_MSG_PREVOTE:
+    case TK_RAFT_MSG_VOTE:
+        w_u64(w, m->vote.last_index);
+        w_u64(w, m->vote.last_term);
+        w_u8(w, m->vote.transfer ? 1 : 0);
+        break;
+    case TK_RAFT_MSG_VOTE_REPLY:
+        w_u8(w, m->vote_reply.pre ? 1 : 0);
+        w_u8(w, m->vote_reply.granted ? 1 : 0);
+        break;
+    case TK_RAFT_MSG_APPEND:
+        encode_append(w, m);
+        break;
+    case TK_RAFT_MSG_APPEND_REPLY:
+        w_u8(w, m->append_reply.success ? 1 : 0);
+        w_u64(w, m->append_reply.index);
+        w_u64(w, m->append_reply.hint);
+        w_u64(w, m->append_reply.seq);
+        break;
+    case TK_RAFT_MSG_SNAPSHOT:
+        encode_snapshot(w, m);
+        break;
+    case TK_RAFT_MSG_SNAPSHOT_REPLY:
+        w_u64(w, m->snapshot_reply.index);
+        w_u64(w, m->snapshot_reply.offset);
+        w_u8(w, m->snapshot_reply.done ? 1 : 0);
+        break;
+    case TK_RAFT_MSG_TIMEOUT_NOW:
+        break;
+    case TK_RAFT_MSG_JOIN:
+        w_str(w, m->join.peer_addr);
+        w_str(w, m->join.client_addr);
+        break;
+    case TK_RAFT_MSG_JOIN_REPLY:
+        w_u8(w, m->join_reply.status);
+        w_u64(w, m->join_reply.leader_id);
+        w_str(w, m->join_reply.leader_peer_addr);
+        break;
+    case TK_RAFT_MSG_PROBE:
+        w_u64(w, m->probe.peers_hash);
+        w_str(w, m->probe.peer_addr);
+        w_str(w, m->probe.client_addr);
+        break;
+    case TK_RAFT_MSG_PROBE_REPLY:
+        w_u8(w, m->probe_reply.flags);
+        w_u64(w, m->probe_reply.peers_hash);
+        w_u64(w, m->probe_reply.leader_id);
+        w_str(w, m->probe_reply.leader_peer_addr);
+        w_str(w, m->probe_reply.leader_client_addr);
+        break;
+    default:
+        TK_ASSERT(false);
+    }
+}
+
+size_t tk_wire_encode(const struct tk_wire_frame *f, uint8_t *buf, size_t cap)
+{
+    const struct tk_raft_msg *m = &f->msg;
+    TK_ASSERT(m->type >= 1 && m->type <= TK_RAFT_MSG_TYPE_MAX);
+    TK_ASSERT(m->from != 0);
+    size_t total = tk_wire_encoded_len(f);
+    TK_ASSERT(total - TK_WIRE_LENGTH_LEN <= TK_WIRE_FRAME_MAX);
+    if (total > cap)
+        return 0;
+    struct wbuf w = {.p = buf, .n = 0};
+    w_u32(&w, (uint32_t)(total - TK_WIRE_LENGTH_LEN));
+    w_u8(&w, m->type);
+    w_u64(&w, f->domain_lo);
+    w_u64(&w, f->domain_hi);
+    w_u64(&w, m->from);
+    w_u64(&w, m->term);
+    encode_payload(&w, m);
+    TK_ASSERT(w.n == total);
+    return total;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reader                                                              */
+
+struct rbuf {
+    const uint8_t *p;
+    size_t n;
+    size_t pos;
+    bool bad; /* sticky: any short read marks the frame malformed */
+};
+
+static bool r_need(struct rbuf *r, size_t n)
+{
+    if (r->bad || r->n - r->pos < n) {
+        r->bad = true;
+        return false;
+    }
+    return true;
+}
+
+static uint8_t r_u8(struct rbuf *r)
+{
+    if (!r_need(r, 1))
+        return 0;
+    return r->p[r->pos++];
+}
+
+static uint16_t r_u16(struct rbuf *r)
+{
+    if (!r_need(r, 2))
+        return 0;
+    uint16_t v = (uint16_t)(r->p[r->pos] | (r->p[r->pos + 1] << 8));
+    r->pos += 2;
+    return v;
+}
+
+static uint32_t r_u32(struct rbuf *r)
+{
+    if (!r_need(r, 4))
+        return 0;
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)r->p[r->pos + (size_t)i] << (8 * i);
+    r->pos += 4;
+    return v;
+}
+
+static uint64_t r_u64(struct rbuf *r)
+{
+    if (!r_need(r, 8))
+        return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)r->p[r->pos + (size_t)i] << (8 * i);
+    r->pos += 8;
+    return v;
+}
+
+static const uint8_t *r_bytes(struct rbuf *r, size_t n)
+{
+    if (!r_need(r, n))
+        return NULL;
+    const uint8_t *p = r->p + r->pos;
+    r->pos += n;
+    return n > 0 ? p : NULL;
+}
+
+static uint8_t r_bool(struct rbuf *r)
+{
+    uint8_t v = r_u8(r);
+    if (v > 1)
+        r->bad = true;
+    return v;
+}
+
+/* A string: visible ASCII, at most TK_RAFT_ADDR_MAX, empty only if allowed. */
+static struct tk_raft_str r_str(struct rbuf *r, bool empty_ok)
+{
+    struct tk_raft_str s = {NULL, 0};
+    uint16_t n = r_u16(r);
+    if (r->bad)
+        return s;
+    if (n > TK_RAFT_ADDR_MAX || (n == 0 && !empty_ok)) {
+        r->bad = true;
+        return s;
+    }
+    const uint8_t *p = r_bytes(r, n);
+    for (uint16_t i = 0; p != NULL && i < n; i++)
+        if (p[i] < 0x21 || p[i] > 0x7e)
+            r->bad = true;
+    s.p = (const char *)p;
+    s.len = n;
+    return s;
+}
+
+static void decode_append(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire_scratch *s)
+{
+    m->append.prev_index = r_u64(r);
+    m->append.prev_term = r_u64(r);
+    m->append.commit = r_u64(r);
+    m->append.seq = r_u64(r);
+    uint32_t n = r_u32(r);
+    if (r->bad)
+        return;
+    if (n > s->entries_cap || n > (r->n - r->pos) / TK_WIRE_ENTRY_HEADER_LEN ||
+        m->append.prev_index > UINT64_MAX - n - 1) {
+        r->bad = true;
+        return;
+    }
+    for (uint32_t i = 0; i < n && !r->bad; i++) {
+        struct tk_raft_entry *e = &s->entries[i];
+        memset(e, 0, sizeof(*e));
+        e->index = m->append.prev_index + 1 + i;
+        e->term = r_u64(r);
+        e->type = r_u8(r);
+        e->token_first = r_u64(r);
+        e->token_count = r_u32(r);
+        e->len = r_u32(r);
+        if (e->type < TK_RAFT_NOOP || e->type > TK_RAFT_CONFIG ||
+            e->len > TK_RAFT_ENTRY_BYTES_MAX) {
+            r->bad = true;
+            return;
+        }
+        e->data = r_bytes(r, e->len);
+    }
+    m->append.n = n;
+    m->append.entries = n > 0 ? s->entries : NULL;
+}
+
+static void decode_snapshot(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire_scratch *s)
+{
+    m->snapshot.index = r_u64(r);
+    m->snapshot.term = r_u64(r);
+    m->snapshot.token_next = r_u64(r);
+    m->snapshot.total = r_u64(r);
+    m->snapshot.offset = r_u64(r);
+    if (r->bad)
+        return;
+    size_t used = 0;
+    if (tk_raft_config_decode(r->p + r->pos, r->n - r->pos, &s->config, &used) != TK_OK) {
+        r->bad = true;
+        return;
+    }
+    r->pos += used;
+    m->snapshot.config = &s->config;
+    m->snapshot.len = r_u32(r);
+    m->snapshot.data = r_bytes(r, m->snapshot.len);
+    if (m->snapshot.offset > m->snapshot.total ||
+        m->snapshot.len > m->snapshot.total - m->snapshot.offset)
+        r->bad = true;
+}
+
+static void decode_payload(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire_scratch *s)
+{
+    switch (m->type) {
+    case TK_RAFT_MSG_PREVOTE:
+    case TK_RAFT_MSG_VOTE:
+        m->vote.last_index = r_u64(r);
+        m->vote.last_term = r_u64(r);
+        m->vote.transfer = r_bool(r);
+        break;
+    case TK_RAFT_MSG_VOTE_REPLY:
+        m->vote_reply.pre = r_bool(r);
+        m->vote_reply.granted = r_bool(r);
+        break;
+    case TK_RAFT_MSG_APPEND:
+        decode_append(r, m, s);
+        break;
+    case TK_RAFT_MSG_APPEND_REPLY:
+        m->append_reply.success = r_bool(r);
+        m->append_reply.index = r_u64(r);
+        m->append_reply.hint = r_u64(r);
+        m->append_reply.seq = r_u64(r);
+        break;
+    case TK_RAFT_MSG_SNAPSHOT:
+        decode_snapshot(r, m, s);
+        break;
+    case TK_RAFT_MSG_SNAPSHOT_REPLY:
+        m->snapshot_reply.index = r_u64(r);
+        m->snapshot_reply.offset = r_u64(r);
+        m->snapshot_reply.done = r_bool(r);
+        break;
+    case TK_RAFT_MSG_TIMEOUT_NOW:
+        break;
+    case TK_RAFT_MSG_JOIN:
+        m->join.peer_addr = r_str(r, false);
+        m->join.client_addr = r_str(r, false);
+        break;
+    case TK_RAFT_MSG_JOIN_REPLY:
+        m->join_reply.status = r_u8(r);
+        m->join_reply.leader_id = r_u64(r);
+        m->join_reply.leader_peer_addr = r_str(r, true);
+        if (m->join_reply.status > TK_RAFT_JOIN_REFUSED)
+            r->bad = true;
+        break;
+    case TK_RAFT_MSG_PROBE:
+        m->probe.peers_hash = r_u64(r);
+        m->probe.peer_addr = r_str(r, false);
+        m->probe.client_addr = r_str(r, false);
+        break;
+    case TK_RAFT_MSG_PROBE_REPLY:
+        m->probe_reply.flags = r_u8(r);
+        m->probe_reply.peers_hash = r_u64(r);
+        m->probe_reply.leader_id = r_u64(r);
+        m->probe_reply.leader_peer_addr = r_str(r, true);
+        m->probe_reply.leader_client_addr = r_str(r, true);
+        if (m->probe_reply.flags & ~(TK_RAFT_PROBE_MEMBER | TK_RAFT_PROBE_LEADER))
+            r->bad = true;
+        break;
+    default:
+        r->bad = true;
+    }
+}
+
+int tk_wire_frame_len(const uint8_t *buf, size_t len, size_t *frame_len)
+{
+    *frame_len = 0;
+    if (len < TK_WIRE_LENGTH_LEN)
+        return TK_OK;
+    uint32_t n = (uint32_t)buf[0] | ((uint32_t)buf[1] << 8) | ((uint32_t)buf[2] << 16) |
+                 ((uint32_t)buf[3] << 24);
+    if (n < TK_WIRE_HEADER_LEN || n > TK_WIRE_FRAME_MAX)
+        return TK_EPROTO;
+    *frame_len = TK_WIRE_LENGTH_LEN + (size_t)n;
+    return TK_OK;
+}
+
+int tk_wire_decode(const uint8_t *buf, size_t len, struct tk_wire_frame *f,
+                   struct tk_wire_scratch *scratch)
+{
+    size_t frame_len = 0;
+    if (tk_wire_frame_len(buf, len, &frame_len) != TK_OK || frame_len == 0 || frame_len != len)
+        return TK_EPROTO;
+    struct rbuf r = {.p = buf, .n = len, .pos = TK_WIRE_LENGTH_LEN, .bad = false};
+    struct tk_wire_frame d;
+    memset(&d, 0, sizeof(d));
+    d.msg.type = r_u8(&r);
+    d.domain_lo = r_u64(&r);
+    d.domain_hi = r_u64(&r);
+    d.msg.from = r_u64(&r);
+    d.msg.term = r_u64(&r);
+    if (r.bad || d.msg.type < 1 || d.msg.type > TK_RAFT_MSG_TYPE_MAX || d.msg.from == 0)
+        return TK_EPROTO;
+    decode_payload(&r, &d.msg, scratch);
+    if (r.bad || r.pos != r.n)
+        return TK_EPROTO;
+    *f = d;
+    return TK_OK;
+}
