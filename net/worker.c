@@ -180,7 +180,8 @@ void worker_route(struct tk_worker *w, const struct tk_lock_req *lr)
     m->key_len = (uint8_t)lr->key_len;
     m->owner_len = (uint8_t)lr->owner_len;
     memcpy(m->bytes, lr->key, lr->key_len);
-    memcpy(m->bytes + lr->key_len, lr->owner, lr->owner_len);
+    if (lr->owner_len)
+        memcpy(m->bytes + lr->key_len, lr->owner, lr->owner_len);
 }
 
 void worker_client_closed(struct tk_worker *w, uint64_t ref)
