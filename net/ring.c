@@ -185,12 +185,21 @@ void tk_wake_close(struct tk_wake *w)
     w->fd = -1;
 }
 
+/* TSan does not model fences; under it a seq_cst read-modify-write of a
+ * shared word gives the same full barrier and is visible to the tool. */
+#ifdef TK_TSAN
+static _Atomic uint64_t fence_word;
+#define FULL_FENCE() atomic_fetch_add_explicit(&fence_word, 0, memory_order_seq_cst)
+#else
+#define FULL_FENCE() atomic_thread_fence(memory_order_seq_cst)
+#endif
+
 /* The fences pair up Dekker-style: either the consumer's drain after
  * tk_wake_clear() sees the producer's publish, or the producer's exchange
  * sees the cleared flag and writes the eventfd. */
 void tk_wake_signal(struct tk_wake *w)
 {
-    atomic_thread_fence(memory_order_seq_cst);
+    FULL_FENCE();
     if (atomic_exchange_explicit(&w->pending, 1, memory_order_seq_cst) == 0) {
         uint64_t one = 1;
         ssize_t n;
@@ -204,5 +213,5 @@ void tk_wake_signal(struct tk_wake *w)
 void tk_wake_clear(struct tk_wake *w)
 {
     atomic_store_explicit(&w->pending, 0, memory_order_seq_cst);
-    atomic_thread_fence(memory_order_seq_cst);
+    FULL_FENCE();
 }

@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,9 +142,9 @@ struct event {
 static pthread_mutex_t hist_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct event hist[EV_MAX];
 static int nhist;
-static volatile int stop_load;
+static _Atomic int stop_load;
 static uint64_t max_token_before_kill;
-static volatile int leader_idx;
+static _Atomic int leader_idx;
 
 static void *load_main(void *arg)
 {
