@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Starts (or stops) a local 3-node Ticketing cluster on 127.0.0.1.
+#   scripts/cluster.sh start   # nodes on client ports 7400, 7410, 7420
+#   scripts/cluster.sh stop
+# State lives in .run/cluster/ (secrets, logs, pids). Expects ./build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=.run/cluster
+bin=./build/ticketingd
+ports=(7400 7410 7420)
+peers="127.0.0.1:7401,127.0.0.1:7411,127.0.0.1:7421"
+
+stop() {
+  for f in "$dir"/node*.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$f"
+  done
+}
+
+case "${1:-start}" in
+stop) stop; exit 0 ;;
+start) ;;
+*) echo "usage: $0 start|stop" >&2; exit 64 ;;
+esac
+
+stop
+mkdir -p "$dir"
+umask 077
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/client.secret"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/peer.secret"
+for i in 0 1 2; do
+  p=${ports[$i]}
+  "$bin" --bind 127.0.0.1 --port "$p" --advertise "127.0.0.1:$p" --peers "$peers" \
+    --client-secret-file "$dir/client.secret" --peer-secret-file "$dir/peer.secret" \
+    > "$dir/node$i.log" 2>&1 &
+  echo $! > "$dir/node$i.pid"
+done
+# Wait until a leader serves.
+for _ in $(seq 100); do
+  for p in "${ports[@]}"; do
+    if curl -sf "http://127.0.0.1:$((p + 2))/status" 2>/dev/null | grep -q '"serving":true'; then
+      echo "cluster: leader on 127.0.0.1:$p (logs in $dir)"
+      exit 0
+    fi
+  done
+  sleep 0.1
+done
+echo "cluster: no leader after 10 s; see $dir/node*.log" >&2
+exit 1
