@@ -54,7 +54,7 @@ static const struct opt opts[] = {
     {"max-keys", OPT_U64, O(max_keys), 0, 1, UINT64_C(1) << 40, "keys in the table (default 10000000)"},
     {"max-log-entries", OPT_U64, O(max_log_entries), 0, 16, UINT64_C(1) << 32,
      "Raft log entries kept in memory (default 65536)"},
-    {"max-frame-bytes", OPT_U32, O(max_frame_bytes), 0, 4096, 16u << 20,
+    {"max-frame-bytes", OPT_U32, O(max_frame_bytes), 0, 8u << 20, 16u << 20,
      "largest peer frame (default 16 MiB)"},
     {"handshake-ms", OPT_U32, O(handshake_ms), 0, 100, 600000,
      "time allowed for the handshake (default 5000)"},

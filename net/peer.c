@@ -22,7 +22,6 @@
 #define IN_CAP_MAX (TK_WIRE_FRAME_MAX + TK_WIRE_LENGTH_LEN + RECV_CHUNK)
 #define OUT_MAX (64u << 20)           /* queued bytes per link before it is cut */
 #define CONNECT_TIMEOUT_MS 1000
-#define HANDSHAKE_US 5000000u
 #define BACKOFF_MIN_US 100000u
 #define BACKOFF_MAX_US 1000000u
 
@@ -218,7 +217,7 @@ static void dial(struct tk_peers *p, struct tk_plink *l)
     int one = 1;
     setsockopt(l->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     l->state = L_CONNECTING;
-    l->deadline_us = tk_now_us() + HANDSHAKE_US;
+    l->deadline_us = tk_now_us() + (uint64_t)p->s->opt.handshake_ms * 1000u;
     struct io_uring_sqe *sqe = sqe_get(p);
     io_uring_prep_connect(sqe, l->fd, (struct sockaddr *)&l->sa, l->salen);
     io_uring_sqe_set_data64(sqe, pud(POP_CONNECT, l->slot, l->gen));
@@ -401,6 +400,12 @@ static void link_input(struct tk_peers *p, struct tk_plink *l)
             tk_plink_close(p, l);
             break;
         }
+        if (flen > (size_t)p->s->opt.max_frame_bytes + TK_WIRE_LENGTH_LEN) {
+            tk_log(TK_LOG_WARN, "peer frame of %zu bytes over --max-frame-bytes; closing link",
+                   flen);
+            tk_plink_close(p, l);
+            break;
+        }
         if (flen == 0 || l->in_len - pos < flen)
             break;
         struct tk_wire_frame f;
@@ -437,7 +442,7 @@ static void on_accept(struct tk_peers *p, int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     l->fd = fd;
     l->state = L_AUTH;
-    l->deadline_us = tk_now_us() + HANDSHAKE_US;
+    l->deadline_us = tk_now_us() + (uint64_t)p->s->opt.handshake_ms * 1000u;
     if (tk_auth_nonce(l->snonce) != TK_OK) {
         tk_plink_close(p, l);
         return;

@@ -21,14 +21,14 @@
  * the next step, so pointers handed out in an update stay valid until then. */
 struct raft_log {
     struct tk_raft_entry *ring;
-    uint64_t cap;              /* power of two, 0 before the first append */
-    uint64_t head;             /* ring slot of `first` */
-    uint64_t first;            /* index of the first entry in memory */
-    uint64_t n;                /* entries in memory */
-    uint64_t prev_term;        /* term of entry first - 1 (0 if none) */
-    uint64_t prev_token_next;  /* fencing counter after entry first - 1 */
-    uint64_t prev_cum;         /* cum_bytes of entry first - 1 */
-    uint64_t bytes;            /* data bytes in memory */
+    uint64_t cap;             /* power of two, 0 before the first append */
+    uint64_t head;            /* ring slot of `first` */
+    uint64_t first;           /* index of the first entry in memory */
+    uint64_t n;               /* entries in memory */
+    uint64_t prev_term;       /* term of entry first - 1 (0 if none) */
+    uint64_t prev_token_next; /* fencing counter after entry first - 1 */
+    uint64_t prev_cum;        /* cum_bytes of entry first - 1 */
+    uint64_t bytes;           /* data bytes in memory */
     void **trash;
     uint64_t trash_n, trash_cap;
 };
@@ -85,7 +85,7 @@ struct raft_progress {
 
 /* The node's latest snapshot: taken locally or installed from a leader. */
 struct raft_snap {
-    uint64_t index;         /* 0: none */
+    uint64_t index; /* 0: none */
     uint64_t term;
     uint64_t token_next;
     struct tk_raft_config config;
@@ -97,10 +97,10 @@ struct raft_snap {
  * same index (a state machine need not serialize deterministically), so
  * chunks only join if they come from the same leader in the same term. */
 struct raft_incoming {
-    uint64_t index;         /* 0: none */
+    uint64_t index; /* 0: none */
     uint64_t term;
-    uint64_t from;          /* the leader sending it */
-    uint64_t msg_term;      /* that leader's term */
+    uint64_t from;     /* the leader sending it */
+    uint64_t msg_term; /* that leader's term */
     uint64_t total;
     uint64_t received;
     uint8_t *buf;
@@ -115,13 +115,13 @@ struct raft_read_pending {
 /* Output buffers of one step (out.c). */
 struct raft_out {
     struct tk_raft_msg *msgs;
-    uint64_t *msg_ent_off;     /* per message: offset of its entries in ents */
+    uint64_t *msg_ent_off; /* per message: offset of its entries in ents */
     uint32_t n_msgs, cap_msgs;
     struct tk_raft_entry *ents;
     uint64_t n_ents, cap_ents;
     struct tk_raft_read *reads;
     uint32_t n_reads, cap_reads;
-    uint64_t dropped;          /* messages lost to allocation failure */
+    uint64_t dropped; /* messages lost to allocation failure */
 };
 
 struct tk_raft {
@@ -142,13 +142,13 @@ struct tk_raft {
     /* Membership: the latest config in the log is in effect (thesis §4.1). */
     bool has_config;
     struct tk_raft_config config;
-    uint64_t config_index;          /* entry it came from; <= snapshot index if older */
+    uint64_t config_index;             /* entry it came from; <= snapshot index if older */
     struct tk_raft_config base_config; /* in effect at log.first - 1 */
     bool has_base_config;
 
     struct raft_snap snap;
     struct raft_incoming in;
-    bool install_pending;           /* report snap as installed in this update */
+    bool install_pending; /* report snap as installed in this update */
 
     /* Leader */
     struct raft_progress prog[TK_RAFT_MEMBERS_MAX];
@@ -160,7 +160,7 @@ struct tk_raft {
     struct raft_read_pending *reads; /* ring of opt.reads_max */
     uint32_t reads_head, reads_n;
     uint64_t read_seq;
-    bool read_round;                /* send a heartbeat round at the end of the step */
+    bool read_round; /* send a heartbeat round at the end of the step */
 
     /* Candidates */
     bool votes[TK_RAFT_MEMBERS_MAX];
@@ -168,9 +168,9 @@ struct tk_raft {
 
     /* Followers */
     uint64_t election_deadline_us;
-    uint64_t leader_heard_us;       /* last valid message from a leader; 0 never */
+    uint64_t leader_heard_us; /* last valid message from a leader; 0 never */
 
-    uint64_t snapshot_asked_index;  /* last applied index a snapshot was asked at */
+    uint64_t snapshot_asked_index; /* last applied index a snapshot was asked at */
 
     struct raft_out out;
     struct tk_raft_metrics metrics;
@@ -204,7 +204,10 @@ void raft_recv_timeout_now(struct tk_raft *r, const struct tk_raft_msg *m);
 /* replication.c */
 /* Appends one entry to the log as leader: term, index and tokens are set
  * here. Takes ownership of data (malloc'd or NULL). */
-int raft_leader_append(struct tk_raft *r, uint8_t type, uint8_t *data, uint32_t len,
+int raft_leader_append(struct tk_raft *r,
+                       uint8_t type,
+                       uint8_t *data,
+                       uint32_t len,
                        uint32_t token_count);
 void raft_replicate_all(struct tk_raft *r, bool heartbeat);
 void raft_send_append(struct tk_raft *r, int slot, bool heartbeat);
@@ -246,7 +249,9 @@ void raft_out_free(struct raft_out *o);
  * (the message is then lost, which Raft tolerates). */
 struct tk_raft_msg *raft_out_msg(struct tk_raft *r, uint8_t type, uint64_t to);
 /* Copies n entries from the log into the message's entry list. */
-bool raft_out_append_entries(struct tk_raft *r, struct tk_raft_msg *m, uint64_t from_index,
+bool raft_out_append_entries(struct tk_raft *r,
+                             struct tk_raft_msg *m,
+                             uint64_t from_index,
                              uint32_t n);
 void raft_out_read(struct tk_raft *r, uint64_t id, uint64_t index, bool ok);
 /* Fixes the entry pointers of Append messages once all are generated. */

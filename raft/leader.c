@@ -62,7 +62,8 @@ int raft_propose(struct tk_raft *r, const struct tk_raft_event *ev, struct tk_ra
     return TK_OK;
 }
 
-static int change_config(struct tk_raft *r, const struct tk_raft_event *ev,
+static int change_config(struct tk_raft *r,
+                         const struct tk_raft_event *ev,
                          struct tk_raft_config *c)
 {
     const struct tk_raft_member *m = ev->change.member;
@@ -70,29 +71,29 @@ static int change_config(struct tk_raft *r, const struct tk_raft_event *ev,
         return TK_EINVAL;
     int slot = raft_member_slot(r, m->id);
     switch (ev->change.type) {
-    case TK_RAFT_ADD_LEARNER:
-        if (slot >= 0 || c->n == TK_RAFT_MEMBERS_MAX)
+        case TK_RAFT_ADD_LEARNER:
+            if (slot >= 0 || c->n == TK_RAFT_MEMBERS_MAX)
+                return TK_EINVAL;
+            c->m[c->n] = *m;
+            c->m[c->n].role = TK_RAFT_LEARNER;
+            c->n++;
+            return TK_OK;
+        case TK_RAFT_PROMOTE:
+            if (slot < 0 || c->m[slot].role != TK_RAFT_LEARNER)
+                return TK_EINVAL;
+            if (r->prog[slot].match < r->commit)
+                return TK_EFULL; /* not caught up yet */
+            c->m[slot].role = TK_RAFT_VOTER;
+            return TK_OK;
+        case TK_RAFT_REMOVE:
+            if (slot < 0 || m->id == r->id)
+                return TK_EINVAL; /* transfer leadership first */
+            for (uint32_t i = (uint32_t)slot; i + 1 < c->n; i++)
+                c->m[i] = c->m[i + 1];
+            c->n--;
+            return TK_OK;
+        default:
             return TK_EINVAL;
-        c->m[c->n] = *m;
-        c->m[c->n].role = TK_RAFT_LEARNER;
-        c->n++;
-        return TK_OK;
-    case TK_RAFT_PROMOTE:
-        if (slot < 0 || c->m[slot].role != TK_RAFT_LEARNER)
-            return TK_EINVAL;
-        if (r->prog[slot].match < r->commit)
-            return TK_EFULL; /* not caught up yet */
-        c->m[slot].role = TK_RAFT_VOTER;
-        return TK_OK;
-    case TK_RAFT_REMOVE:
-        if (slot < 0 || m->id == r->id)
-            return TK_EINVAL; /* transfer leadership first */
-        for (uint32_t i = (uint32_t)slot; i + 1 < c->n; i++)
-            c->m[i] = c->m[i + 1];
-        c->n--;
-        return TK_OK;
-    default:
-        return TK_EINVAL;
     }
 }
 
@@ -176,7 +177,7 @@ int raft_read(struct tk_raft *r, uint64_t id)
 /* The highest heartbeat round a majority of voters acknowledged. */
 static uint64_t reads_acked_seq(const struct tk_raft *r)
 {
-    uint64_t acks[TK_RAFT_MEMBERS_MAX];
+    uint64_t acks[TK_RAFT_MEMBERS_MAX] = {0};
     uint32_t n = 0;
     for (uint32_t i = 0; i < r->config.n; i++) {
         if (r->config.m[i].role != TK_RAFT_VOTER)
@@ -190,6 +191,7 @@ static uint64_t reads_acked_seq(const struct tk_raft *r)
             acks[j] = acks[j - 1];
             acks[j - 1] = t;
         }
+    TK_ASSERT(n >= raft_quorum(r));
     return acks[raft_quorum(r) - 1];
 }
 

@@ -63,7 +63,9 @@ struct tk_raft_msg *raft_out_msg(struct tk_raft *r, uint8_t type, uint64_t to)
     return m;
 }
 
-bool raft_out_append_entries(struct tk_raft *r, struct tk_raft_msg *m, uint64_t from_index,
+bool raft_out_append_entries(struct tk_raft *r,
+                             struct tk_raft_msg *m,
+                             uint64_t from_index,
                              uint32_t n)
 {
     struct raft_out *o = &r->out;

@@ -90,16 +90,16 @@ void tk_raft_destroy(struct tk_raft *r)
 const char *tk_raft_role_name(uint8_t role)
 {
     switch (role) {
-    case TK_RAFT_FOLLOWER:
-        return "follower";
-    case TK_RAFT_PRECANDIDATE:
-        return "precandidate";
-    case TK_RAFT_CANDIDATE:
-        return "candidate";
-    case TK_RAFT_LEADER:
-        return "leader";
-    default:
-        return "unknown";
+        case TK_RAFT_FOLLOWER:
+            return "follower";
+        case TK_RAFT_PRECANDIDATE:
+            return "precandidate";
+        case TK_RAFT_CANDIDATE:
+            return "candidate";
+        case TK_RAFT_LEADER:
+            return "leader";
+        default:
+            return "unknown";
     }
 }
 
@@ -268,13 +268,13 @@ static int on_receive(struct tk_raft *r, const struct tk_raft_msg *m)
         return TK_EPROTO;
     }
     switch (m->type) {
-    case TK_RAFT_MSG_PREVOTE:
-    case TK_RAFT_MSG_VOTE:
-        /* These decide themselves whether a higher term counts (§9.6). */
-        raft_recv_vote(r, m);
-        return TK_OK;
-    default:
-        break;
+        case TK_RAFT_MSG_PREVOTE:
+        case TK_RAFT_MSG_VOTE:
+            /* These decide themselves whether a higher term counts (§9.6). */
+            raft_recv_vote(r, m);
+            return TK_OK;
+        default:
+            break;
     }
     if (m->term > r->term) {
         /* A granted pre-vote carries the term the candidate would use,
@@ -288,28 +288,28 @@ static int on_receive(struct tk_raft *r, const struct tk_raft_msg *m)
         raft_become_follower(r, m->term, from_leader ? m->from : 0);
     }
     switch (m->type) {
-    case TK_RAFT_MSG_VOTE_REPLY:
-        raft_recv_vote_reply(r, m);
-        break;
-    case TK_RAFT_MSG_APPEND:
-        raft_recv_append(r, m);
-        break;
-    case TK_RAFT_MSG_APPEND_REPLY:
-        if (m->term == r->term)
-            raft_recv_append_reply(r, m);
-        break;
-    case TK_RAFT_MSG_SNAPSHOT:
-        raft_recv_snapshot(r, m);
-        break;
-    case TK_RAFT_MSG_SNAPSHOT_REPLY:
-        if (m->term == r->term)
-            raft_recv_snapshot_reply(r, m);
-        break;
-    case TK_RAFT_MSG_TIMEOUT_NOW:
-        raft_recv_timeout_now(r, m);
-        break;
-    default:
-        TK_ASSERT(false);
+        case TK_RAFT_MSG_VOTE_REPLY:
+            raft_recv_vote_reply(r, m);
+            break;
+        case TK_RAFT_MSG_APPEND:
+            raft_recv_append(r, m);
+            break;
+        case TK_RAFT_MSG_APPEND_REPLY:
+            if (m->term == r->term)
+                raft_recv_append_reply(r, m);
+            break;
+        case TK_RAFT_MSG_SNAPSHOT:
+            raft_recv_snapshot(r, m);
+            break;
+        case TK_RAFT_MSG_SNAPSHOT_REPLY:
+            if (m->term == r->term)
+                raft_recv_snapshot_reply(r, m);
+            break;
+        case TK_RAFT_MSG_TIMEOUT_NOW:
+            raft_recv_timeout_now(r, m);
+            break;
+        default:
+            TK_ASSERT(false);
     }
     return TK_OK;
 }
@@ -324,7 +324,9 @@ static int on_applied(struct tk_raft *r, uint64_t index)
     return TK_OK;
 }
 
-static int on_bootstrap(struct tk_raft *r, const struct tk_raft_event *ev, struct tk_raft_update *up)
+static int on_bootstrap(struct tk_raft *r,
+                        const struct tk_raft_event *ev,
+                        struct tk_raft_update *up)
 {
     const struct tk_raft_config *c = ev->bootstrap.config;
     if (r->term != 0 || r->log.n != 0 || r->has_config || r->snap.index != 0)
@@ -363,27 +365,27 @@ static int on_bootstrap(struct tk_raft *r, const struct tk_raft_event *ev, struc
 static int dispatch(struct tk_raft *r, const struct tk_raft_event *ev, struct tk_raft_update *up)
 {
     switch (ev->type) {
-    case TK_RAFT_EV_TICK:
-        on_tick(r);
-        return TK_OK;
-    case TK_RAFT_EV_RECEIVE:
-        return on_receive(r, ev->receive);
-    case TK_RAFT_EV_PROPOSE:
-        return raft_propose(r, ev, up);
-    case TK_RAFT_EV_CHANGE:
-        return raft_change(r, ev, up);
-    case TK_RAFT_EV_TRANSFER:
-        return raft_transfer(r, ev->transfer.target);
-    case TK_RAFT_EV_READ:
-        return raft_read(r, ev->read.id);
-    case TK_RAFT_EV_SNAPSHOT:
-        return raft_snapshot_taken(r, ev->snapshot.index, ev->snapshot.data, ev->snapshot.len);
-    case TK_RAFT_EV_APPLIED:
-        return on_applied(r, ev->applied.index);
-    case TK_RAFT_EV_BOOTSTRAP:
-        return on_bootstrap(r, ev, up);
-    default:
-        return TK_EINVAL;
+        case TK_RAFT_EV_TICK:
+            on_tick(r);
+            return TK_OK;
+        case TK_RAFT_EV_RECEIVE:
+            return on_receive(r, ev->receive);
+        case TK_RAFT_EV_PROPOSE:
+            return raft_propose(r, ev, up);
+        case TK_RAFT_EV_CHANGE:
+            return raft_change(r, ev, up);
+        case TK_RAFT_EV_TRANSFER:
+            return raft_transfer(r, ev->transfer.target);
+        case TK_RAFT_EV_READ:
+            return raft_read(r, ev->read.id);
+        case TK_RAFT_EV_SNAPSHOT:
+            return raft_snapshot_taken(r, ev->snapshot.index, ev->snapshot.data, ev->snapshot.len);
+        case TK_RAFT_EV_APPLIED:
+            return on_applied(r, ev->applied.index);
+        case TK_RAFT_EV_BOOTSTRAP:
+            return on_bootstrap(r, ev, up);
+        default:
+            return TK_EINVAL;
     }
 }
 
@@ -455,15 +457,22 @@ int tk_raft_tick(struct tk_raft *r, uint64_t now_us, struct tk_raft_update *up)
     return tk_raft_step(r, &ev, up);
 }
 
-int tk_raft_receive(struct tk_raft *r, const struct tk_raft_msg *m, uint64_t now_us,
+int tk_raft_receive(struct tk_raft *r,
+                    const struct tk_raft_msg *m,
+                    uint64_t now_us,
                     struct tk_raft_update *up)
 {
     struct tk_raft_event ev = {.type = TK_RAFT_EV_RECEIVE, .now_us = now_us, .receive = m};
     return tk_raft_step(r, &ev, up);
 }
 
-int tk_raft_propose(struct tk_raft *r, const uint8_t *data, uint32_t len, uint64_t token_first,
-                    uint32_t token_count, uint64_t now_us, struct tk_raft_update *up)
+int tk_raft_propose(struct tk_raft *r,
+                    const uint8_t *data,
+                    uint32_t len,
+                    uint64_t token_first,
+                    uint32_t token_count,
+                    uint64_t now_us,
+                    struct tk_raft_update *up)
 {
     struct tk_raft_event ev = {.type = TK_RAFT_EV_PROPOSE, .now_us = now_us};
     ev.propose.data = data;
@@ -473,8 +482,11 @@ int tk_raft_propose(struct tk_raft *r, const uint8_t *data, uint32_t len, uint64
     return tk_raft_step(r, &ev, up);
 }
 
-int tk_raft_change(struct tk_raft *r, uint8_t type, const struct tk_raft_member *member,
-                   uint64_t now_us, struct tk_raft_update *up)
+int tk_raft_change(struct tk_raft *r,
+                   uint8_t type,
+                   const struct tk_raft_member *member,
+                   uint64_t now_us,
+                   struct tk_raft_update *up)
 {
     struct tk_raft_event ev = {.type = TK_RAFT_EV_CHANGE, .now_us = now_us};
     ev.change.type = type;
@@ -482,8 +494,7 @@ int tk_raft_change(struct tk_raft *r, uint8_t type, const struct tk_raft_member 
     return tk_raft_step(r, &ev, up);
 }
 
-int tk_raft_transfer(struct tk_raft *r, uint64_t target, uint64_t now_us,
-                     struct tk_raft_update *up)
+int tk_raft_transfer(struct tk_raft *r, uint64_t target, uint64_t now_us, struct tk_raft_update *up)
 {
     struct tk_raft_event ev = {.type = TK_RAFT_EV_TRANSFER, .now_us = now_us};
     ev.transfer.target = target;
@@ -497,8 +508,12 @@ int tk_raft_read(struct tk_raft *r, uint64_t id, uint64_t now_us, struct tk_raft
     return tk_raft_step(r, &ev, up);
 }
 
-int tk_raft_snapshot(struct tk_raft *r, uint64_t index, uint8_t *data, size_t len,
-                     uint64_t now_us, struct tk_raft_update *up)
+int tk_raft_snapshot(struct tk_raft *r,
+                     uint64_t index,
+                     uint8_t *data,
+                     size_t len,
+                     uint64_t now_us,
+                     struct tk_raft_update *up)
 {
     struct tk_raft_event ev = {.type = TK_RAFT_EV_SNAPSHOT, .now_us = now_us};
     ev.snapshot.index = index;
@@ -507,16 +522,18 @@ int tk_raft_snapshot(struct tk_raft *r, uint64_t index, uint8_t *data, size_t le
     return tk_raft_step(r, &ev, up);
 }
 
-int tk_raft_applied(struct tk_raft *r, uint64_t index, uint64_t now_us,
-                    struct tk_raft_update *up)
+int tk_raft_applied(struct tk_raft *r, uint64_t index, uint64_t now_us, struct tk_raft_update *up)
 {
     struct tk_raft_event ev = {.type = TK_RAFT_EV_APPLIED, .now_us = now_us};
     ev.applied.index = index;
     return tk_raft_step(r, &ev, up);
 }
 
-int tk_raft_bootstrap(struct tk_raft *r, const struct tk_raft_config *config,
-                      uint64_t first_token, uint64_t now_us, struct tk_raft_update *up)
+int tk_raft_bootstrap(struct tk_raft *r,
+                      const struct tk_raft_config *config,
+                      uint64_t first_token,
+                      uint64_t now_us,
+                      struct tk_raft_update *up)
 {
     struct tk_raft_event ev = {.type = TK_RAFT_EV_BOOTSTRAP, .now_us = now_us};
     ev.bootstrap.config = config;

@@ -118,10 +118,10 @@ struct tk_raft_entry {
     uint64_t index;
     uint64_t token_first;
     uint32_t token_count;
-    uint8_t type;           /* enum tk_raft_entry_type */
-    uint32_t len;           /* bytes of data */
-    const uint8_t *data;    /* NULL when len == 0 */
-    uint64_t cum_bytes;     /* internal: bytes of this node's log up to here */
+    uint8_t type;        /* enum tk_raft_entry_type */
+    uint32_t len;        /* bytes of data */
+    const uint8_t *data; /* NULL when len == 0 */
+    uint64_t cum_bytes;  /* internal: bytes of this node's log up to here */
 };
 
 /* Next token after an entry. */
@@ -139,10 +139,10 @@ enum tk_raft_member_role {
 };
 
 struct tk_raft_member {
-    uint64_t id;                               /* NodeId, != 0 */
-    uint8_t role;                              /* enum tk_raft_member_role */
-    char peer_addr[TK_RAFT_ADDR_MAX + 1];      /* "host:port", NUL-terminated */
-    char client_addr[TK_RAFT_ADDR_MAX + 1];    /* "host:port", NUL-terminated */
+    uint64_t id;                            /* NodeId, != 0 */
+    uint8_t role;                           /* enum tk_raft_member_role */
+    char peer_addr[TK_RAFT_ADDR_MAX + 1];   /* "host:port", NUL-terminated */
+    char client_addr[TK_RAFT_ADDR_MAX + 1]; /* "host:port", NUL-terminated */
 };
 
 /* A configuration: the members plus the fencing domain they belong to. */
@@ -211,33 +211,33 @@ enum tk_raft_join_status {
 #define TK_RAFT_PROBE_LEADER 0x02u /* the replier is the leader */
 
 struct tk_raft_msg {
-    uint8_t type;    /* enum tk_raft_msg_type */
-    uint64_t from;   /* sender NodeId */
-    uint64_t to;     /* receiver NodeId (not on the wire: the connection says it) */
-    uint64_t term;   /* sender's term; PREVOTE: the term it would campaign in */
+    uint8_t type;  /* enum tk_raft_msg_type */
+    uint64_t from; /* sender NodeId */
+    uint64_t to;   /* receiver NodeId (not on the wire: the connection says it) */
+    uint64_t term; /* sender's term; PREVOTE: the term it would campaign in */
     union {
-        struct {                 /* PREVOTE, VOTE (RequestVote) */
+        struct { /* PREVOTE, VOTE (RequestVote) */
             uint64_t last_index;
             uint64_t last_term;
-            uint8_t transfer;    /* VOTE after TimeoutNow: skip leader stickiness */
+            uint8_t transfer; /* VOTE after TimeoutNow: skip leader stickiness */
         } vote;
-        struct {                 /* VOTE_REPLY */
-            uint8_t pre;         /* answers a PREVOTE */
+        struct {         /* VOTE_REPLY */
+            uint8_t pre; /* answers a PREVOTE */
             uint8_t granted;
         } vote_reply;
-        struct {                 /* APPEND (AppendEntries; also the heartbeat) */
+        struct { /* APPEND (AppendEntries; also the heartbeat) */
             uint64_t prev_index;
             uint64_t prev_term;
             uint64_t commit;
-            uint64_t seq;        /* heartbeat round, echoed (read barriers) */
+            uint64_t seq; /* heartbeat round, echoed (read barriers) */
             uint32_t n;
             const struct tk_raft_entry *entries; /* n entries, index prev_index+1.. */
         } append;
-        struct {                 /* APPEND_REPLY */
+        struct { /* APPEND_REPLY */
             uint8_t success;
-            uint64_t index;      /* success: last index known to match; else the rejected prev_index */
-            uint64_t hint;       /* reject: where the leader should probe next */
-            uint64_t seq;        /* echo of append.seq */
+            uint64_t index; /* success: last index known to match; else the rejected prev_index */
+            uint64_t hint;  /* reject: where the leader should probe next */
+            uint64_t seq;   /* echo of append.seq */
         } append_reply;
         struct {                 /* SNAPSHOT (InstallSnapshot, one chunk) */
             uint64_t index;      /* last index covered by the snapshot */
@@ -249,18 +249,18 @@ struct tk_raft_msg {
             const uint8_t *data;
             const struct tk_raft_config *config; /* config at index */
         } snapshot;
-        struct {                 /* SNAPSHOT_REPLY */
-            uint64_t index;      /* the snapshot being received */
-            uint64_t offset;     /* bytes received so far: send from here */
-            uint8_t done;        /* the snapshot is installed (or already covered) */
+        struct {             /* SNAPSHOT_REPLY */
+            uint64_t index;  /* the snapshot being received */
+            uint64_t offset; /* bytes received so far: send from here */
+            uint8_t done;    /* the snapshot is installed (or already covered) */
         } snapshot_reply;
-        struct {                 /* JOIN: a fresh node asks to be added (SPEC 10) */
+        struct { /* JOIN: a fresh node asks to be added (SPEC 10) */
             struct tk_raft_str peer_addr;
             struct tk_raft_str client_addr;
         } join;
-        struct {                 /* JOIN_REPLY */
-            uint8_t status;      /* enum tk_raft_join_status */
-            uint64_t leader_id;  /* 0 if unknown */
+        struct {                /* JOIN_REPLY */
+            uint8_t status;     /* enum tk_raft_join_status */
+            uint64_t leader_id; /* 0 if unknown */
             struct tk_raft_str leader_peer_addr;
         } join_reply;
         struct {                 /* PROBE: "which domain, which leader?" */
@@ -268,8 +268,8 @@ struct tk_raft_msg {
             struct tk_raft_str peer_addr;
             struct tk_raft_str client_addr;
         } probe;
-        struct {                 /* PROBE_REPLY; the frame header carries the domain */
-            uint8_t flags;       /* TK_RAFT_PROBE_* */
+        struct {           /* PROBE_REPLY; the frame header carries the domain */
+            uint8_t flags; /* TK_RAFT_PROBE_* */
             uint64_t peers_hash;
             uint64_t leader_id;
             struct tk_raft_str leader_peer_addr;
@@ -282,21 +282,22 @@ struct tk_raft_msg {
 /* Options                                                             */
 
 struct tk_raft_options {
-    uint64_t id;                    /* this node's NodeId, != 0 */
-    uint64_t seed;                  /* PRNG seed (election timeouts) */
-    uint64_t heartbeat_us;          /* default 100 ms */
-    uint64_t election_min_us;       /* default 2400 ms */
-    uint64_t election_max_us;       /* default 2500 ms */
-    uint64_t log_entries_max;       /* entries in memory; a leader refuses proposals past it */
-    uint64_t log_bytes_max;         /* data bytes in memory; likewise */
-    uint64_t snapshot_entries;      /* ask for a snapshot when this many applied entries follow the last one */
-    uint64_t snapshot_bytes;        /* ... or this many data bytes */
-    uint64_t snapshot_trailing;     /* entries kept before the snapshot index for slow followers */
-    uint64_t snapshot_bytes_max;    /* largest snapshot a follower accepts */
-    uint32_t snapshot_chunk_bytes;  /* bytes per Snapshot frame */
-    uint32_t append_bytes_max;      /* data bytes per Append frame (one entry may exceed it) */
-    uint64_t inflight_bytes_max;    /* bytes sent to one follower and not yet acknowledged */
-    uint32_t reads_max;             /* pending read barriers */
+    uint64_t id;                /* this node's NodeId, != 0 */
+    uint64_t seed;              /* PRNG seed (election timeouts) */
+    uint64_t heartbeat_us;      /* default 100 ms */
+    uint64_t election_min_us;   /* default 2400 ms */
+    uint64_t election_max_us;   /* default 2500 ms */
+    uint64_t log_entries_max;   /* entries in memory; a leader refuses proposals past it */
+    uint64_t log_bytes_max;     /* data bytes in memory; likewise */
+    uint64_t snapshot_entries;  /* ask for a snapshot when this many applied entries follow the last
+                                   one */
+    uint64_t snapshot_bytes;    /* ... or this many data bytes */
+    uint64_t snapshot_trailing; /* entries kept before the snapshot index for slow followers */
+    uint64_t snapshot_bytes_max;   /* largest snapshot a follower accepts */
+    uint32_t snapshot_chunk_bytes; /* bytes per Snapshot frame */
+    uint32_t append_bytes_max;     /* data bytes per Append frame (one entry may exceed it) */
+    uint64_t inflight_bytes_max;   /* bytes sent to one follower and not yet acknowledged */
+    uint32_t reads_max;            /* pending read barriers */
 };
 
 /* Fills the defaults: heartbeat 100 ms, election 2400-2500 ms (SPEC 8),
@@ -308,15 +309,15 @@ void tk_raft_options_default(struct tk_raft_options *o, uint64_t id, uint64_t se
 /* Events                                                              */
 
 enum tk_raft_event_type {
-    TK_RAFT_EV_TICK = 1,      /* time passed; fires due timers */
-    TK_RAFT_EV_RECEIVE,       /* a message from a peer */
-    TK_RAFT_EV_PROPOSE,       /* leader: append a DATA entry */
-    TK_RAFT_EV_CHANGE,        /* leader: one single-server membership change */
-    TK_RAFT_EV_TRANSFER,      /* leader: hand leadership to another voter */
-    TK_RAFT_EV_READ,          /* leader: read barrier */
-    TK_RAFT_EV_SNAPSHOT,      /* driver: a snapshot taken at an applied index */
-    TK_RAFT_EV_APPLIED,       /* driver: entries up to index are applied */
-    TK_RAFT_EV_BOOTSTRAP,     /* fresh node: write entry 1 and campaign */
+    TK_RAFT_EV_TICK = 1,  /* time passed; fires due timers */
+    TK_RAFT_EV_RECEIVE,   /* a message from a peer */
+    TK_RAFT_EV_PROPOSE,   /* leader: append a DATA entry */
+    TK_RAFT_EV_CHANGE,    /* leader: one single-server membership change */
+    TK_RAFT_EV_TRANSFER,  /* leader: hand leadership to another voter */
+    TK_RAFT_EV_READ,      /* leader: read barrier */
+    TK_RAFT_EV_SNAPSHOT,  /* driver: a snapshot taken at an applied index */
+    TK_RAFT_EV_APPLIED,   /* driver: entries up to index are applied */
+    TK_RAFT_EV_BOOTSTRAP, /* fresh node: write entry 1 and campaign */
 };
 
 enum tk_raft_change_type {
@@ -326,29 +327,29 @@ enum tk_raft_change_type {
 };
 
 struct tk_raft_event {
-    uint8_t type;           /* enum tk_raft_event_type */
-    uint64_t now_us;        /* never decreases from one step to the next */
+    uint8_t type;    /* enum tk_raft_event_type */
+    uint64_t now_us; /* never decreases from one step to the next */
     union {
         const struct tk_raft_msg *receive;
         struct {
-            const uint8_t *data;   /* copied by the core */
-            uint32_t len;          /* <= TK_RAFT_ENTRY_BYTES_MAX */
-            uint64_t token_first;  /* must equal tk_raft_next_token() */
-            uint32_t token_count;  /* tokens the commands in data consumed */
+            const uint8_t *data;  /* copied by the core */
+            uint32_t len;         /* <= TK_RAFT_ENTRY_BYTES_MAX */
+            uint64_t token_first; /* must equal tk_raft_next_token() */
+            uint32_t token_count; /* tokens the commands in data consumed */
         } propose;
         struct {
             uint8_t type;                        /* enum tk_raft_change_type */
             const struct tk_raft_member *member; /* ADD_LEARNER: the whole member; else only id */
         } change;
         struct {
-            uint64_t target;       /* a voter, or 0 for the most up-to-date one */
+            uint64_t target; /* a voter, or 0 for the most up-to-date one */
         } transfer;
         struct {
-            uint64_t id;           /* driver's reference, returned in the result */
+            uint64_t id; /* driver's reference, returned in the result */
         } read;
         struct {
-            uint64_t index;        /* the applied index the blob was cut at */
-            uint8_t *data;         /* from malloc(); the core owns it from now on */
+            uint64_t index; /* the applied index the blob was cut at */
+            uint8_t *data;  /* from malloc(); the core owns it from now on */
             size_t len;
         } snapshot;
         struct {
@@ -391,12 +392,12 @@ struct tk_raft_read {
 };
 
 struct tk_raft_update {
-    uint32_t flags;           /* TK_RAFT_UPDATE_* */
+    uint32_t flags; /* TK_RAFT_UPDATE_* */
     /* Always filled: */
-    uint8_t role;             /* enum tk_raft_role */
+    uint8_t role; /* enum tk_raft_role */
     uint64_t term;
-    uint64_t leader_id;       /* 0 if unknown */
-    uint64_t commit;          /* apply entries (applied, commit] in order */
+    uint64_t leader_id; /* 0 if unknown */
+    uint64_t commit;    /* apply entries (applied, commit] in order */
     /* Result of PROPOSE / CHANGE / BOOTSTRAP: the index of the new entry. */
     uint64_t index;
     /* MESSAGES */
@@ -423,30 +424,30 @@ struct tk_raft_update {
 /* Status and metrics                                                  */
 
 struct tk_raft_metrics {
-    uint64_t elections_started;   /* real elections (term raised) */
+    uint64_t elections_started; /* real elections (term raised) */
     uint64_t prevotes_started;
-    uint64_t leader_changes;      /* leader id changed to a known leader */
-    uint64_t terms_led;           /* times this node became leader */
-    uint64_t step_downs_quorum;   /* check-quorum step-downs */
-    uint64_t transfers;           /* TimeoutNow sent */
-    uint64_t appends_sent;        /* Append messages, heartbeats included */
-    uint64_t entries_sent;        /* entries in them: entries per append = ratio */
-    uint64_t entries_proposed;    /* DATA entries appended as leader */
+    uint64_t leader_changes;    /* leader id changed to a known leader */
+    uint64_t terms_led;         /* times this node became leader */
+    uint64_t step_downs_quorum; /* check-quorum step-downs */
+    uint64_t transfers;         /* TimeoutNow sent */
+    uint64_t appends_sent;      /* Append messages, heartbeats included */
+    uint64_t entries_sent;      /* entries in them: entries per append = ratio */
+    uint64_t entries_proposed;  /* DATA entries appended as leader */
     uint64_t snapshots_taken;
-    uint64_t snapshots_sent;      /* complete snapshots sent to followers */
+    uint64_t snapshots_sent; /* complete snapshots sent to followers */
     uint64_t snapshot_chunks_sent;
     uint64_t snapshots_installed;
-    uint64_t messages_invalid;    /* messages dropped as malformed or out of place */
-    uint64_t proposals_refused;   /* log full, not leader, transfer running */
+    uint64_t messages_invalid;  /* messages dropped as malformed or out of place */
+    uint64_t proposals_refused; /* log full, not leader, transfer running */
 };
 
 struct tk_raft_member_status {
     uint64_t id;
-    uint8_t role;                 /* enum tk_raft_member_role */
-    uint64_t match;               /* leader only: last index known replicated there */
-    uint64_t next;                /* leader only */
-    uint8_t progress;             /* leader only: 0 probe, 1 replicate, 2 snapshot */
-    uint64_t last_heard_us;       /* leader only */
+    uint8_t role;           /* enum tk_raft_member_role */
+    uint64_t match;         /* leader only: last index known replicated there */
+    uint64_t next;          /* leader only */
+    uint8_t progress;       /* leader only: 0 probe, 1 replicate, 2 snapshot */
+    uint64_t last_heard_us; /* leader only */
 };
 
 struct tk_raft_status {
@@ -457,17 +458,17 @@ struct tk_raft_status {
     uint64_t leader_id;
     uint64_t commit;
     uint64_t applied;
-    uint64_t first_index;         /* first entry in memory */
+    uint64_t first_index; /* first entry in memory */
     uint64_t last_index;
     uint64_t last_term;
     uint64_t snapshot_index;
     uint64_t snapshot_term;
-    uint64_t term_start_index;    /* leader: index of its term's NOOP */
-    uint64_t token_next;          /* fencing counter after the last entry */
+    uint64_t term_start_index; /* leader: index of its term's NOOP */
+    uint64_t token_next;       /* fencing counter after the last entry */
     uint64_t log_entries;
     uint64_t log_bytes;
-    uint64_t transfer_target;     /* leader: transfer running, else 0 */
-    uint64_t domain_lo, domain_hi;/* 0,0 while this node knows no domain */
+    uint64_t transfer_target;      /* leader: transfer running, else 0 */
+    uint64_t domain_lo, domain_hi; /* 0,0 while this node knows no domain */
     uint32_t n_members;
     struct tk_raft_member_status members[TK_RAFT_MEMBERS_MAX];
 };
@@ -501,26 +502,44 @@ int tk_raft_step(struct tk_raft *r, const struct tk_raft_event *ev, struct tk_ra
 
 /* Wrappers that build the event. */
 int tk_raft_tick(struct tk_raft *r, uint64_t now_us, struct tk_raft_update *up);
-int tk_raft_receive(struct tk_raft *r, const struct tk_raft_msg *m, uint64_t now_us,
+int tk_raft_receive(struct tk_raft *r,
+                    const struct tk_raft_msg *m,
+                    uint64_t now_us,
                     struct tk_raft_update *up);
-int tk_raft_propose(struct tk_raft *r, const uint8_t *data, uint32_t len, uint64_t token_first,
-                    uint32_t token_count, uint64_t now_us, struct tk_raft_update *up);
-int tk_raft_change(struct tk_raft *r, uint8_t type, const struct tk_raft_member *member,
-                   uint64_t now_us, struct tk_raft_update *up);
-int tk_raft_transfer(struct tk_raft *r, uint64_t target, uint64_t now_us,
+int tk_raft_propose(struct tk_raft *r,
+                    const uint8_t *data,
+                    uint32_t len,
+                    uint64_t token_first,
+                    uint32_t token_count,
+                    uint64_t now_us,
+                    struct tk_raft_update *up);
+int tk_raft_change(struct tk_raft *r,
+                   uint8_t type,
+                   const struct tk_raft_member *member,
+                   uint64_t now_us,
+                   struct tk_raft_update *up);
+int tk_raft_transfer(struct tk_raft *r,
+                     uint64_t target,
+                     uint64_t now_us,
                      struct tk_raft_update *up);
 int tk_raft_read(struct tk_raft *r, uint64_t id, uint64_t now_us, struct tk_raft_update *up);
-int tk_raft_snapshot(struct tk_raft *r, uint64_t index, uint8_t *data, size_t len,
-                     uint64_t now_us, struct tk_raft_update *up);
-int tk_raft_applied(struct tk_raft *r, uint64_t index, uint64_t now_us,
-                    struct tk_raft_update *up);
+int tk_raft_snapshot(struct tk_raft *r,
+                     uint64_t index,
+                     uint8_t *data,
+                     size_t len,
+                     uint64_t now_us,
+                     struct tk_raft_update *up);
+int tk_raft_applied(struct tk_raft *r, uint64_t index, uint64_t now_us, struct tk_raft_update *up);
 /* Bootstrap (SPEC 10): only on a fresh node (term 0, empty log), only on
  * the lowest NodeId once every configured peer was probed fresh. Writes
  * entry 1 = CONFIG(config, domain) with token_first = first_token, then
  * campaigns at once (no pre-vote: the others are fresh). A single-voter
  * config becomes leader within this call. */
-int tk_raft_bootstrap(struct tk_raft *r, const struct tk_raft_config *config,
-                      uint64_t first_token, uint64_t now_us, struct tk_raft_update *up);
+int tk_raft_bootstrap(struct tk_raft *r,
+                      const struct tk_raft_config *config,
+                      uint64_t first_token,
+                      uint64_t now_us,
+                      struct tk_raft_update *up);
 
 /* The next fencing token: what the first grant of the next proposal must
  * carry. The driver numbers the GRANT/HANDOFF commands of a batch

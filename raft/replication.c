@@ -27,7 +27,10 @@
  * weigh on the in-flight bound. */
 #define ENTRY_OVERHEAD 64
 
-int raft_leader_append(struct tk_raft *r, uint8_t type, uint8_t *data, uint32_t len,
+int raft_leader_append(struct tk_raft *r,
+                       uint8_t type,
+                       uint8_t *data,
+                       uint32_t len,
                        uint32_t token_count)
 {
     TK_ASSERT(r->role == TK_RAFT_LEADER);
@@ -144,34 +147,34 @@ void raft_replicate_all(struct tk_raft *r, bool heartbeat)
         struct raft_progress *p = &r->prog[i];
         int slot = (int)i;
         switch (p->state) {
-        case PROGRESS_SNAPSHOT:
-            if (heartbeat)
-                p->snap_waiting = false; /* resend the chunk that got no reply */
-            if (!p->snap_waiting)
-                raft_send_snapshot_chunk(r, slot);
-            break;
-        case PROGRESS_PROBE:
-            if (heartbeat)
-                p->paused = false;
-            if (!p->paused || round)
-                raft_send_append(r, slot, true);
-            break;
-        case PROGRESS_REPLICATE: {
-            bool sent = false;
-            while (p->state == PROGRESS_REPLICATE && p->next <= last &&
-                   inflight_bytes(r, p) < r->opt.inflight_bytes_max) {
-                uint64_t next0 = p->next;
-                raft_send_append(r, slot, false);
-                sent = true;
-                if (p->next == next0)
-                    break; /* out of memory, or switched to snapshot */
+            case PROGRESS_SNAPSHOT:
+                if (heartbeat)
+                    p->snap_waiting = false; /* resend the chunk that got no reply */
+                if (!p->snap_waiting)
+                    raft_send_snapshot_chunk(r, slot);
+                break;
+            case PROGRESS_PROBE:
+                if (heartbeat)
+                    p->paused = false;
+                if (!p->paused || round)
+                    raft_send_append(r, slot, true);
+                break;
+            case PROGRESS_REPLICATE: {
+                bool sent = false;
+                while (p->state == PROGRESS_REPLICATE && p->next <= last &&
+                       inflight_bytes(r, p) < r->opt.inflight_bytes_max) {
+                    uint64_t next0 = p->next;
+                    raft_send_append(r, slot, false);
+                    sent = true;
+                    if (p->next == next0)
+                        break; /* out of memory, or switched to snapshot */
+                }
+                if (!sent && (heartbeat || round) && p->state == PROGRESS_REPLICATE)
+                    raft_send_append(r, slot, true);
+                break;
             }
-            if (!sent && (heartbeat || round) && p->state == PROGRESS_REPLICATE)
-                raft_send_append(r, slot, true);
-            break;
-        }
-        default:
-            TK_ASSERT(false);
+            default:
+                TK_ASSERT(false);
         }
     }
 }
@@ -179,8 +182,11 @@ void raft_replicate_all(struct tk_raft *r, bool heartbeat)
 /* ------------------------------------------------------------------ */
 /* Follower                                                            */
 
-static void reply_append(struct tk_raft *r, const struct tk_raft_msg *m, bool success,
-                         uint64_t index, uint64_t hint)
+static void reply_append(struct tk_raft *r,
+                         const struct tk_raft_msg *m,
+                         bool success,
+                         uint64_t index,
+                         uint64_t hint)
 {
     struct tk_raft_msg *reply = raft_out_msg(r, TK_RAFT_MSG_APPEND_REPLY, m->from);
     if (reply == NULL)
@@ -238,8 +244,7 @@ static bool log_has_room(const struct tk_raft *r, uint32_t len)
     /* Followers get twice the leader's bound: their log may start earlier
      * (they compact on their own schedule), and refusing here only slows
      * replication down. */
-    return r->log.n < 2 * r->opt.log_entries_max &&
-           r->log.bytes + len <= 2 * r->opt.log_bytes_max;
+    return r->log.n < 2 * r->opt.log_entries_max && r->log.bytes + len <= 2 * r->opt.log_bytes_max;
 }
 
 /* A leader of the current term spoke: follow it. */
@@ -264,7 +269,9 @@ void raft_follow_leader(struct tk_raft *r, uint64_t leader)
 
 /* Stores entries after prev (which matches). Returns the last index known
  * to match the leader's log. */
-static uint64_t append_store(struct tk_raft *r, uint64_t prev, const struct tk_raft_entry *ents,
+static uint64_t append_store(struct tk_raft *r,
+                             uint64_t prev,
+                             const struct tk_raft_entry *ents,
                              uint32_t n)
 {
     uint64_t stored = prev;
@@ -291,6 +298,12 @@ static uint64_t append_store(struct tk_raft *r, uint64_t prev, const struct tk_r
         }
         if (!log_has_room(r, e->len))
             break;
+        if (e->token_first < raft_log_token_next(&r->log)) {
+            /* A correct leader's entry continues our counter (the prefix
+             * matches); refuse rather than trip the log's assertion. */
+            r->metrics.messages_invalid++;
+            break;
+        }
         uint8_t *data = NULL;
         if (e->len > 0) {
             data = malloc(e->len);
@@ -448,7 +461,7 @@ static int cmp_desc(const void *a, const void *b)
 void raft_leader_commit(struct tk_raft *r)
 {
     TK_ASSERT(r->role == TK_RAFT_LEADER);
-    uint64_t match[TK_RAFT_MEMBERS_MAX];
+    uint64_t match[TK_RAFT_MEMBERS_MAX] = {0};
     uint32_t n = 0;
     uint64_t last = raft_log_last(&r->log);
     for (uint32_t i = 0; i < r->config.n; i++) {

@@ -123,7 +123,9 @@ void raft_send_snapshot_chunk(struct tk_raft *r, int slot)
 /* ------------------------------------------------------------------ */
 /* Follower                                                            */
 
-static void reply_snapshot(struct tk_raft *r, const struct tk_raft_msg *m, uint64_t offset,
+static void reply_snapshot(struct tk_raft *r,
+                           const struct tk_raft_msg *m,
+                           uint64_t offset,
                            bool done)
 {
     struct tk_raft_msg *reply = raft_out_msg(r, TK_RAFT_MSG_SNAPSHOT_REPLY, m->from);

@@ -25,13 +25,13 @@ uint64_t tk_raft_deadline(const struct tk_raft *r)
     /* Check-quorum: the moment the quorum-th most recent voter contact
      * (this node counting as now) goes stale. A dead follower's old
      * contact alone does not make the leader tick in a loop. */
-    uint64_t heard[TK_RAFT_MEMBERS_MAX];
+    uint64_t heard[TK_RAFT_MEMBERS_MAX] = {0};
     uint32_t n = 0;
     for (uint32_t i = 0; i < r->config.n; i++) {
         if (r->config.m[i].role != TK_RAFT_VOTER)
             continue;
         heard[n++] = r->config.m[i].id == r->id ? UINT64_MAX - r->opt.election_min_us
-                                                 : r->prog[i].last_heard_us;
+                                                : r->prog[i].last_heard_us;
     }
     for (uint32_t i = 1; i < n; i++)
         for (uint32_t j = i; j > 0 && heard[j] > heard[j - 1]; j--) {
@@ -39,6 +39,7 @@ uint64_t tk_raft_deadline(const struct tk_raft *r)
             heard[j] = heard[j - 1];
             heard[j - 1] = t;
         }
+    TK_ASSERT(n >= raft_quorum(r));
     d = TK_MIN(d, heard[raft_quorum(r) - 1] + r->opt.election_min_us);
     if (r->transfer_target != 0)
         d = TK_MIN(d, r->transfer_deadline_us);

@@ -59,40 +59,40 @@ static size_t payload_len(const struct tk_raft_msg *m)
 {
     size_t n = 0;
     switch (m->type) {
-    case TK_RAFT_MSG_PREVOTE:
-    case TK_RAFT_MSG_VOTE:
-        return 17;
-    case TK_RAFT_MSG_VOTE_REPLY:
-        return 2;
-    case TK_RAFT_MSG_APPEND:
-        n = 36;
-        for (uint32_t i = 0; i < m->append.n; i++)
-            n += TK_WIRE_ENTRY_HEADER_LEN + m->append.entries[i].len;
-        return n;
-    case TK_RAFT_MSG_APPEND_REPLY:
-        return 25;
-    case TK_RAFT_MSG_SNAPSHOT: {
-        uint8_t tmp[TK_RAFT_CONFIG_ENCODED_MAX];
-        size_t c = tk_raft_config_encode(m->snapshot.config, tmp, sizeof(tmp));
-        TK_ASSERT(c > 0);
-        return 40 + c + 4 + m->snapshot.len;
-    }
-    case TK_RAFT_MSG_SNAPSHOT_REPLY:
-        return 17;
-    case TK_RAFT_MSG_TIMEOUT_NOW:
-        return 0;
-    case TK_RAFT_MSG_JOIN:
-        return 4 + (size_t)m->join.peer_addr.len + m->join.client_addr.len;
-    case TK_RAFT_MSG_JOIN_REPLY:
-        return 11 + (size_t)m->join_reply.leader_peer_addr.len;
-    case TK_RAFT_MSG_PROBE:
-        return 12 + (size_t)m->probe.peer_addr.len + m->probe.client_addr.len;
-    case TK_RAFT_MSG_PROBE_REPLY:
-        return 21 + (size_t)m->probe_reply.leader_peer_addr.len +
-               m->probe_reply.leader_client_addr.len;
-    default:
-        TK_ASSERT(false);
-        return 0;
+        case TK_RAFT_MSG_PREVOTE:
+        case TK_RAFT_MSG_VOTE:
+            return 17;
+        case TK_RAFT_MSG_VOTE_REPLY:
+            return 2;
+        case TK_RAFT_MSG_APPEND:
+            n = 36;
+            for (uint32_t i = 0; i < m->append.n; i++)
+                n += TK_WIRE_ENTRY_HEADER_LEN + m->append.entries[i].len;
+            return n;
+        case TK_RAFT_MSG_APPEND_REPLY:
+            return 25;
+        case TK_RAFT_MSG_SNAPSHOT: {
+            uint8_t tmp[TK_RAFT_CONFIG_ENCODED_MAX];
+            size_t c = tk_raft_config_encode(m->snapshot.config, tmp, sizeof(tmp));
+            TK_ASSERT(c > 0);
+            return 40 + c + 4 + m->snapshot.len;
+        }
+        case TK_RAFT_MSG_SNAPSHOT_REPLY:
+            return 17;
+        case TK_RAFT_MSG_TIMEOUT_NOW:
+            return 0;
+        case TK_RAFT_MSG_JOIN:
+            return 4 + (size_t)m->join.peer_addr.len + m->join.client_addr.len;
+        case TK_RAFT_MSG_JOIN_REPLY:
+            return 11 + (size_t)m->join_reply.leader_peer_addr.len;
+        case TK_RAFT_MSG_PROBE:
+            return 12 + (size_t)m->probe.peer_addr.len + m->probe.client_addr.len;
+        case TK_RAFT_MSG_PROBE_REPLY:
+            return 21 + (size_t)m->probe_reply.leader_peer_addr.len +
+                   m->probe_reply.leader_client_addr.len;
+        default:
+            TK_ASSERT(false);
+            return 0;
     }
 }
 
@@ -138,58 +138,58 @@ static void encode_snapshot(struct wbuf *w, const struct tk_raft_msg *m)
 static void encode_payload(struct wbuf *w, const struct tk_raft_msg *m)
 {
     switch (m->type) {
-    case TK_RAFT_MSG_PREVOTE:
-    case TK_RAFT_MSG_VOTE:
-        w_u64(w, m->vote.last_index);
-        w_u64(w, m->vote.last_term);
-        w_u8(w, m->vote.transfer ? 1 : 0);
-        break;
-    case TK_RAFT_MSG_VOTE_REPLY:
-        w_u8(w, m->vote_reply.pre ? 1 : 0);
-        w_u8(w, m->vote_reply.granted ? 1 : 0);
-        break;
-    case TK_RAFT_MSG_APPEND:
-        encode_append(w, m);
-        break;
-    case TK_RAFT_MSG_APPEND_REPLY:
-        w_u8(w, m->append_reply.success ? 1 : 0);
-        w_u64(w, m->append_reply.index);
-        w_u64(w, m->append_reply.hint);
-        w_u64(w, m->append_reply.seq);
-        break;
-    case TK_RAFT_MSG_SNAPSHOT:
-        encode_snapshot(w, m);
-        break;
-    case TK_RAFT_MSG_SNAPSHOT_REPLY:
-        w_u64(w, m->snapshot_reply.index);
-        w_u64(w, m->snapshot_reply.offset);
-        w_u8(w, m->snapshot_reply.done ? 1 : 0);
-        break;
-    case TK_RAFT_MSG_TIMEOUT_NOW:
-        break;
-    case TK_RAFT_MSG_JOIN:
-        w_str(w, m->join.peer_addr);
-        w_str(w, m->join.client_addr);
-        break;
-    case TK_RAFT_MSG_JOIN_REPLY:
-        w_u8(w, m->join_reply.status);
-        w_u64(w, m->join_reply.leader_id);
-        w_str(w, m->join_reply.leader_peer_addr);
-        break;
-    case TK_RAFT_MSG_PROBE:
-        w_u64(w, m->probe.peers_hash);
-        w_str(w, m->probe.peer_addr);
-        w_str(w, m->probe.client_addr);
-        break;
-    case TK_RAFT_MSG_PROBE_REPLY:
-        w_u8(w, m->probe_reply.flags);
-        w_u64(w, m->probe_reply.peers_hash);
-        w_u64(w, m->probe_reply.leader_id);
-        w_str(w, m->probe_reply.leader_peer_addr);
-        w_str(w, m->probe_reply.leader_client_addr);
-        break;
-    default:
-        TK_ASSERT(false);
+        case TK_RAFT_MSG_PREVOTE:
+        case TK_RAFT_MSG_VOTE:
+            w_u64(w, m->vote.last_index);
+            w_u64(w, m->vote.last_term);
+            w_u8(w, m->vote.transfer ? 1 : 0);
+            break;
+        case TK_RAFT_MSG_VOTE_REPLY:
+            w_u8(w, m->vote_reply.pre ? 1 : 0);
+            w_u8(w, m->vote_reply.granted ? 1 : 0);
+            break;
+        case TK_RAFT_MSG_APPEND:
+            encode_append(w, m);
+            break;
+        case TK_RAFT_MSG_APPEND_REPLY:
+            w_u8(w, m->append_reply.success ? 1 : 0);
+            w_u64(w, m->append_reply.index);
+            w_u64(w, m->append_reply.hint);
+            w_u64(w, m->append_reply.seq);
+            break;
+        case TK_RAFT_MSG_SNAPSHOT:
+            encode_snapshot(w, m);
+            break;
+        case TK_RAFT_MSG_SNAPSHOT_REPLY:
+            w_u64(w, m->snapshot_reply.index);
+            w_u64(w, m->snapshot_reply.offset);
+            w_u8(w, m->snapshot_reply.done ? 1 : 0);
+            break;
+        case TK_RAFT_MSG_TIMEOUT_NOW:
+            break;
+        case TK_RAFT_MSG_JOIN:
+            w_str(w, m->join.peer_addr);
+            w_str(w, m->join.client_addr);
+            break;
+        case TK_RAFT_MSG_JOIN_REPLY:
+            w_u8(w, m->join_reply.status);
+            w_u64(w, m->join_reply.leader_id);
+            w_str(w, m->join_reply.leader_peer_addr);
+            break;
+        case TK_RAFT_MSG_PROBE:
+            w_u64(w, m->probe.peers_hash);
+            w_str(w, m->probe.peer_addr);
+            w_str(w, m->probe.client_addr);
+            break;
+        case TK_RAFT_MSG_PROBE_REPLY:
+            w_u8(w, m->probe_reply.flags);
+            w_u64(w, m->probe_reply.peers_hash);
+            w_u64(w, m->probe_reply.leader_id);
+            w_str(w, m->probe_reply.leader_peer_addr);
+            w_str(w, m->probe_reply.leader_client_addr);
+            break;
+        default:
+            TK_ASSERT(false);
     }
 }
 
@@ -368,62 +368,62 @@ static void decode_snapshot(struct rbuf *r, struct tk_raft_msg *m, struct tk_wir
 static void decode_payload(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire_scratch *s)
 {
     switch (m->type) {
-    case TK_RAFT_MSG_PREVOTE:
-    case TK_RAFT_MSG_VOTE:
-        m->vote.last_index = r_u64(r);
-        m->vote.last_term = r_u64(r);
-        m->vote.transfer = r_bool(r);
-        break;
-    case TK_RAFT_MSG_VOTE_REPLY:
-        m->vote_reply.pre = r_bool(r);
-        m->vote_reply.granted = r_bool(r);
-        break;
-    case TK_RAFT_MSG_APPEND:
-        decode_append(r, m, s);
-        break;
-    case TK_RAFT_MSG_APPEND_REPLY:
-        m->append_reply.success = r_bool(r);
-        m->append_reply.index = r_u64(r);
-        m->append_reply.hint = r_u64(r);
-        m->append_reply.seq = r_u64(r);
-        break;
-    case TK_RAFT_MSG_SNAPSHOT:
-        decode_snapshot(r, m, s);
-        break;
-    case TK_RAFT_MSG_SNAPSHOT_REPLY:
-        m->snapshot_reply.index = r_u64(r);
-        m->snapshot_reply.offset = r_u64(r);
-        m->snapshot_reply.done = r_bool(r);
-        break;
-    case TK_RAFT_MSG_TIMEOUT_NOW:
-        break;
-    case TK_RAFT_MSG_JOIN:
-        m->join.peer_addr = r_str(r, false);
-        m->join.client_addr = r_str(r, false);
-        break;
-    case TK_RAFT_MSG_JOIN_REPLY:
-        m->join_reply.status = r_u8(r);
-        m->join_reply.leader_id = r_u64(r);
-        m->join_reply.leader_peer_addr = r_str(r, true);
-        if (m->join_reply.status > TK_RAFT_JOIN_REFUSED)
+        case TK_RAFT_MSG_PREVOTE:
+        case TK_RAFT_MSG_VOTE:
+            m->vote.last_index = r_u64(r);
+            m->vote.last_term = r_u64(r);
+            m->vote.transfer = r_bool(r);
+            break;
+        case TK_RAFT_MSG_VOTE_REPLY:
+            m->vote_reply.pre = r_bool(r);
+            m->vote_reply.granted = r_bool(r);
+            break;
+        case TK_RAFT_MSG_APPEND:
+            decode_append(r, m, s);
+            break;
+        case TK_RAFT_MSG_APPEND_REPLY:
+            m->append_reply.success = r_bool(r);
+            m->append_reply.index = r_u64(r);
+            m->append_reply.hint = r_u64(r);
+            m->append_reply.seq = r_u64(r);
+            break;
+        case TK_RAFT_MSG_SNAPSHOT:
+            decode_snapshot(r, m, s);
+            break;
+        case TK_RAFT_MSG_SNAPSHOT_REPLY:
+            m->snapshot_reply.index = r_u64(r);
+            m->snapshot_reply.offset = r_u64(r);
+            m->snapshot_reply.done = r_bool(r);
+            break;
+        case TK_RAFT_MSG_TIMEOUT_NOW:
+            break;
+        case TK_RAFT_MSG_JOIN:
+            m->join.peer_addr = r_str(r, false);
+            m->join.client_addr = r_str(r, false);
+            break;
+        case TK_RAFT_MSG_JOIN_REPLY:
+            m->join_reply.status = r_u8(r);
+            m->join_reply.leader_id = r_u64(r);
+            m->join_reply.leader_peer_addr = r_str(r, true);
+            if (m->join_reply.status > TK_RAFT_JOIN_REFUSED)
+                r->bad = true;
+            break;
+        case TK_RAFT_MSG_PROBE:
+            m->probe.peers_hash = r_u64(r);
+            m->probe.peer_addr = r_str(r, false);
+            m->probe.client_addr = r_str(r, false);
+            break;
+        case TK_RAFT_MSG_PROBE_REPLY:
+            m->probe_reply.flags = r_u8(r);
+            m->probe_reply.peers_hash = r_u64(r);
+            m->probe_reply.leader_id = r_u64(r);
+            m->probe_reply.leader_peer_addr = r_str(r, true);
+            m->probe_reply.leader_client_addr = r_str(r, true);
+            if (m->probe_reply.flags & ~(TK_RAFT_PROBE_MEMBER | TK_RAFT_PROBE_LEADER))
+                r->bad = true;
+            break;
+        default:
             r->bad = true;
-        break;
-    case TK_RAFT_MSG_PROBE:
-        m->probe.peers_hash = r_u64(r);
-        m->probe.peer_addr = r_str(r, false);
-        m->probe.client_addr = r_str(r, false);
-        break;
-    case TK_RAFT_MSG_PROBE_REPLY:
-        m->probe_reply.flags = r_u8(r);
-        m->probe_reply.peers_hash = r_u64(r);
-        m->probe_reply.leader_id = r_u64(r);
-        m->probe_reply.leader_peer_addr = r_str(r, true);
-        m->probe_reply.leader_client_addr = r_str(r, true);
-        if (m->probe_reply.flags & ~(TK_RAFT_PROBE_MEMBER | TK_RAFT_PROBE_LEADER))
-            r->bad = true;
-        break;
-    default:
-        r->bad = true;
     }
 }
 
@@ -440,7 +440,9 @@ int tk_wire_frame_len(const uint8_t *buf, size_t len, size_t *frame_len)
     return TK_OK;
 }
 
-int tk_wire_decode(const uint8_t *buf, size_t len, struct tk_wire_frame *f,
+int tk_wire_decode(const uint8_t *buf,
+                   size_t len,
+                   struct tk_wire_frame *f,
                    struct tk_wire_scratch *scratch)
 {
     size_t frame_len = 0;

@@ -41,7 +41,7 @@
 
 #define TK_WIRE_FRAME_MAX (16u << 20) /* bytes after the length field */
 #define TK_WIRE_LENGTH_LEN 4
-#define TK_WIRE_HEADER_LEN 33         /* type + domain + sender + term */
+#define TK_WIRE_HEADER_LEN 33 /* type + domain + sender + term */
 #define TK_WIRE_ENTRY_HEADER_LEN 25
 /* Entries a decoder scratch needs room for: every Append the core sends
  * fits (TK_RAFT_APPEND_ENTRIES_MAX); frames with more are rejected. */
@@ -81,7 +81,9 @@ int tk_wire_frame_len(const uint8_t *buf, size_t len, size_t *frame_len);
  * Returns TK_OK, or TK_EPROTO for anything malformed: length mismatch,
  * unknown type, truncated or trailing payload, out-of-range fields, bad
  * strings or config, more entries than the scratch holds. */
-int tk_wire_decode(const uint8_t *buf, size_t len, struct tk_wire_frame *f,
+int tk_wire_decode(const uint8_t *buf,
+                   size_t len,
+                   struct tk_wire_frame *f,
                    struct tk_wire_scratch *scratch);
 
 /* Size of the encoding of f, length field included. */
