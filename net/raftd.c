@@ -697,8 +697,11 @@ static void snapshot_part(struct tk_raftd *r, const struct tk_msg_snap_part *par
         off += used;
     }
     TK_ASSERT(off == bytes);
-    for (uint32_t w = 0; w < r->snap_parts; w++)
+    for (uint32_t w = 0; w < r->snap_parts; w++) {
         free(r->parts[w].data);
+        r->parts[w].data = NULL;
+    }
+    r->snap_parts = 0;
     free(recs);
     free(tokens);
     free(order);
