@@ -1,0 +1,645 @@
+/* One connection of the client, on the I/O thread: connect, handshake
+ * (SPEC 2), a probe ping, then pipelined requests matched by id (SPEC 4);
+ * on any failure, hand every request back to loop.c and reconnect after a
+ * backoff (seed: 0.1 s doubling to 3.2 s, with jitter; reset by a good
+ * handshake).
+ *
+ * Handshake: banner -> AUTH -> OK, whose server proof is checked before a
+ * single word the server says is believed (an M included). Then "P 0" is
+ * sent and the connection is usable only once it is answered: a non-leader
+ * follows its OK with M and closes, and a request written in between would
+ * needlessly end INDETERMINATE. "Good handshake" (which resets the backoff)
+ * therefore means: proof checked and probe answered.
+ *
+ * "Written" is tracked in bytes: every request records the stream offset of
+ * its first byte (stream_pos) and the connection counts bytes accepted by
+ * the kernel (out_written). A request is untouched while stream_pos >=
+ * out_written; only an untouched request may be retried elsewhere.
+ */
+#include "client/internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "core/proto.h"
+
+#define CONN_KEEPIDLE_S 10
+#define CONN_KEEPINTVL_S 3
+#define CONN_KEEPCNT 3
+
+/* ---- addresses ---------------------------------------------------------- */
+
+int cl_addr_parse(const char *text, size_t len, char *host, char *port, bool *numeric)
+{
+    const char *h, *p;
+    size_t hlen;
+    unsigned char tmp[sizeof(struct in6_addr)];
+    bool v6 = len > 0 && text[0] == '[';
+    if (v6) {
+        const char *close = memchr(text, ']', len);
+        if (close == NULL || close + 1 >= text + len || close[1] != ':')
+            return -1;
+        h = text + 1;
+        hlen = (size_t)(close - h);
+        p = close + 2;
+    } else {
+        const char *colon = NULL;
+        for (size_t i = 0; i < len; i++)
+            if (text[i] == ':')
+                colon = text + i;
+        if (colon == NULL || memchr(text, ':', (size_t)(colon - text)) != NULL)
+            return -1; /* no port, or an IPv6 literal without brackets */
+        h = text;
+        hlen = (size_t)(colon - text);
+        p = colon + 1;
+    }
+    size_t plen = (size_t)(text + len - p);
+    uint64_t pv;
+    if (hlen == 0 || hlen > CL_HOST_MAX || !tk_proto_parse_u64(p, plen, &pv) || pv == 0 ||
+        pv > 65535)
+        return -1;
+    for (size_t i = 0; i < hlen; i++)
+        if ((unsigned char)h[i] < 0x21 || (unsigned char)h[i] > 0x7E)
+            return -1;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    memcpy(port, p, plen);
+    port[plen] = '\0';
+    *numeric = inet_pton(v6 ? AF_INET6 : AF_INET, host, tmp) == 1;
+    return v6 && !*numeric ? -1 : 0;
+}
+
+static void conn_numeric_sa(struct cl_conn *k)
+{
+    uint16_t port = (uint16_t)atoi(k->port);
+    memset(&k->sa, 0, sizeof k->sa);
+    if (strchr(k->host, ':') != NULL) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&k->sa;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons(port);
+        inet_pton(AF_INET6, k->host, &a->sin6_addr);
+        k->sa_len = sizeof *a;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&k->sa;
+        a->sin_family = AF_INET;
+        a->sin_port = htons(port);
+        inet_pton(AF_INET, k->host, &a->sin_addr);
+        k->sa_len = sizeof *a;
+    }
+}
+
+int cl_conn_set_addr(struct cl_conn *k, const char *addr, uint64_t now_us)
+{
+    size_t len = strlen(addr);
+    TK_ASSERT(k->fd < 0);
+    if (len >= sizeof k->addr || cl_addr_parse(addr, len, k->host, k->port, &k->numeric) != 0)
+        return -1;
+    memcpy(k->addr, addr, len + 1);
+    if (k->numeric)
+        conn_numeric_sa(k);
+    k->state = CL_CONN_IDLE;
+    k->backoff_ms = k->client->cfg.backoff_min_ms;
+    k->next_attempt_us = now_us;
+    return 0;
+}
+
+struct cl_conn *cl_conn_new(struct tk_client *c, const char *addr, bool extra)
+{
+    struct cl_conn *k = calloc(1, sizeof *k);
+    if (k == NULL)
+        return NULL;
+    k->client = c;
+    k->fd = -1;
+    k->extra = extra;
+    k->index = c->nconns;
+    uint32_t n = 1;
+    while (n < c->cfg.inflight_per_connection_max)
+        n *= 2;
+    k->mask = n - 1;
+    k->next_id = CL_PROBE_ID + 1;
+    k->rbuf = malloc(CL_RBUF_SIZE);
+    k->wbuf = malloc(CL_WBUF_SIZE);
+    k->slots = calloc(n, sizeof *k->slots);
+    if (k->rbuf == NULL || k->wbuf == NULL || k->slots == NULL ||
+        cl_conn_set_addr(k, addr, 0) != 0) {
+        cl_conn_free(k);
+        return NULL;
+    }
+    return k;
+}
+
+void cl_conn_free(struct cl_conn *k)
+{
+    if (k == NULL)
+        return;
+    if (k->fd >= 0)
+        close(k->fd);
+    free(k->rbuf);
+    free(k->wbuf);
+    free(k->slots);
+    free(k);
+}
+
+/* ---- epoll and teardown -------------------------------------------------- */
+
+static void conn_arm(struct cl_conn *k, uint32_t events)
+{
+    if (k->epoll_events == events)
+        return;
+    struct epoll_event ev = {.events = events, .data.ptr = k};
+    int op = k->epoll_events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+    int rc = epoll_ctl(k->client->epfd, op, k->fd, &ev);
+    TK_ASSERT(rc == 0); /* only fails on a bug (bad fd) or without kernel memory */
+    k->epoll_events = events;
+}
+
+/* Closes the socket and gives every request on it back to loop.c: the
+ * untouched ones first, in stream order, so they keep their place. */
+static void conn_teardown(struct cl_conn *k)
+{
+    struct tk_client *c = k->client;
+    if (k->fd >= 0) {
+        epoll_ctl(c->epfd, EPOLL_CTL_DEL, k->fd, NULL);
+        close(k->fd);
+    }
+    k->fd = -1;
+    k->epoll_events = 0;
+    k->rlen = 0;
+    k->whead = 0;
+    k->wlen = 0;
+    k->out_appended = 0;
+    k->out_written = 0;
+    if (k->state == CL_CONN_READY)
+        cl_on_ready_change(c, -1);
+    k->state = CL_CONN_IDLE;
+
+    struct cl_list unsent = k->unsent;
+    k->unsent = (struct cl_list){0};
+    for (struct cl_req *r = unsent.tail; r != NULL;) {
+        struct cl_req *prev = r->prev;
+        k->slots[r->wire_id & k->mask] = NULL;
+        k->inflight--;
+        r->next = r->prev = NULL;
+        cl_on_conn_lost(c, r);
+        r = prev;
+    }
+    for (uint32_t s = 0; k->inflight > 0 && s <= k->mask; s++) {
+        struct cl_req *r = k->slots[s];
+        if (r == NULL)
+            continue;
+        k->slots[s] = NULL;
+        k->inflight--;
+        cl_on_conn_lost(c, r);
+    }
+    TK_ASSERT(k->inflight == 0);
+}
+
+void cl_conn_fail(struct cl_conn *k, const char *why, uint64_t now_us)
+{
+    struct tk_client *c = k->client;
+    bool was_ready = k->state == CL_CONN_READY;
+    cl_log(c, was_ready ? 1 : 3, "connection to %s: %s", k->addr, why);
+    conn_teardown(k);
+    if (k->extra && c->leader != (int)k->index) {
+        k->state = CL_CONN_RETIRED; /* the leader moved on from this address */
+        return;
+    }
+    /* Jitter: a delay in [3/4, 1] of the step, so the steps stay at most
+     * backoff_max and clients that lost the same node spread out. */
+    uint64_t step_us = (uint64_t)k->backoff_ms * 1000u;
+    uint64_t delay_us = tk_prng_range(&c->prng, step_us * 3 / 4, step_us);
+    k->next_attempt_us = now_us + delay_us;
+    k->backoff_ms = TK_MIN(k->backoff_ms * 2, c->cfg.backoff_max_ms);
+}
+
+void cl_conn_retire(struct cl_conn *k, uint64_t now_us)
+{
+    (void)now_us;
+    conn_teardown(k);
+    k->state = CL_CONN_RETIRED;
+}
+
+/* ---- connecting ------------------------------------------------------------ */
+
+static void conn_connect(struct cl_conn *k, uint64_t now_us)
+{
+    struct tk_client *c = k->client;
+    int one = 1;
+    int idle = CONN_KEEPIDLE_S, intvl = CONN_KEEPINTVL_S, cnt = CONN_KEEPCNT;
+    atomic_fetch_add_explicit(&c->st_connect_attempts, 1, memory_order_relaxed);
+    k->fd = socket(k->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (k->fd < 0) {
+        cl_conn_fail(k, strerror(errno), now_us);
+        return;
+    }
+    /* Small lines must leave at once; a dead peer must be noticed even when
+     * nothing is in flight. */
+    setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(k->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(k->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(k->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(k->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    if (connect(k->fd, (struct sockaddr *)&k->sa, k->sa_len) == 0) {
+        k->state = CL_CONN_BANNER;
+        conn_arm(k, EPOLLIN);
+    } else if (errno == EINPROGRESS) {
+        k->state = CL_CONN_CONNECTING;
+        conn_arm(k, EPOLLOUT);
+    } else {
+        char why[128];
+        snprintf(why, sizeof why, "connect: %s", strerror(errno));
+        cl_conn_fail(k, why, now_us);
+    }
+}
+
+void cl_conn_start(struct cl_conn *k, uint64_t now_us)
+{
+    TK_ASSERT(k->state == CL_CONN_IDLE);
+    TK_ASSERT(k->fd < 0);
+    k->attempt_deadline_us = now_us + (uint64_t)k->client->cfg.connect_timeout_ms * 1000u;
+    if (k->numeric) {
+        conn_connect(k, now_us);
+        return;
+    }
+    k->state = CL_CONN_RESOLVING;
+    if (cl_resolve_ask(k->client, k->index, k->host, k->port) != 0)
+        cl_conn_fail(k, "cannot start the resolver thread", now_us);
+}
+
+void cl_conn_lookup_done(struct cl_conn *k, const struct cl_lookup *l, uint64_t now_us)
+{
+    if (k->state != CL_CONN_RESOLVING || strcmp(l->host, k->host) != 0)
+        return; /* timed out or re-pointed meanwhile: a new attempt asks again */
+    if (!l->ok) {
+        cl_conn_fail(k, "host name lookup failed", now_us);
+        return;
+    }
+    memcpy(&k->sa, &l->sa, sizeof k->sa);
+    k->sa_len = l->sa_len;
+    conn_connect(k, now_us);
+}
+
+void cl_conn_timer(struct cl_conn *k, uint64_t now_us)
+{
+    switch (k->state) {
+        case CL_CONN_IDLE:
+            if (k->next_attempt_us <= now_us)
+                cl_conn_start(k, now_us);
+            break;
+        case CL_CONN_RESOLVING:
+        case CL_CONN_CONNECTING:
+        case CL_CONN_BANNER:
+        case CL_CONN_AUTH:
+        case CL_CONN_PROBE:
+            if (k->attempt_deadline_us <= now_us)
+                cl_conn_fail(k, "connect or handshake timed out", now_us);
+            break;
+        default:
+            break;
+    }
+}
+
+uint64_t cl_conn_next_timer(const struct cl_conn *k)
+{
+    switch (k->state) {
+        case CL_CONN_IDLE:
+            return k->next_attempt_us;
+        case CL_CONN_READY:
+        case CL_CONN_RETIRED:
+            return UINT64_MAX;
+        default:
+            return k->attempt_deadline_us;
+    }
+}
+
+/* ---- output ------------------------------------------------------------------ */
+
+/* Room for one more line at the end of the buffer. */
+static char *conn_tail(struct cl_conn *k, size_t *cap)
+{
+    if (k->whead > 0 && k->whead + k->wlen + TK_LINE_MAX > CL_WBUF_SIZE) {
+        memmove(k->wbuf, k->wbuf + k->whead, k->wlen);
+        k->whead = 0;
+    }
+    *cap = CL_WBUF_SIZE - k->whead - k->wlen;
+    TK_ASSERT(*cap >= TK_LINE_MAX);
+    return k->wbuf + k->whead + k->wlen;
+}
+
+static void conn_append(struct cl_conn *k, size_t n)
+{
+    TK_ASSERT(n > 0);
+    k->wlen += n;
+    k->out_appended += n;
+}
+
+bool cl_conn_has_room(const struct cl_conn *k)
+{
+    return k->state == CL_CONN_READY && k->inflight < k->client->cfg.inflight_per_connection_max &&
+           k->wlen < CL_WBUF_HIGH;
+}
+
+void cl_conn_queue(struct cl_conn *k, struct cl_req *r, uint64_t now_us)
+{
+    struct tk_client *c = k->client;
+    size_t cap, n = 0;
+    TK_ASSERT(cl_conn_has_room(k));
+    TK_ASSERT(r->wire == CL_WIRE_NONE);
+    uint64_t id;
+    do { /* ids only grow on a connection; skip ids whose slot is taken */
+        id = k->next_id++;
+    } while (id == CL_PROBE_ID || k->slots[id & k->mask] != NULL);
+    char *p = conn_tail(k, &cap);
+    switch (r->type) {
+        case 'A': {
+            /* The wait left of the caller's budget (seed: a request that
+             * waited for a connection continues within what remains). */
+            /* now_us is this round's clock reading, which may predate a
+             * request submitted during the round: never let it wrap. */
+            uint64_t spent_ms = now_us > r->submit_us ? (now_us - r->submit_us) / 1000u : 0;
+            r->wait_sent_ms = spent_ms >= r->wait_ms ? 0 : r->wait_ms - (uint32_t)spent_ms;
+            n = tk_proto_fmt_acquire(p, cap, id, r->key, r->key_len, c->owner, c->owner_len,
+                                     r->lease_ms, r->wait_sent_ms);
+            break;
+        }
+        case 'R':
+            n = tk_proto_fmt_release(p, cap, id, r->key, r->key_len, c->owner, c->owner_len,
+                                     r->token);
+            break;
+        case 'Q':
+            n = tk_proto_fmt_qreq(p, cap, id, r->key, r->key_len);
+            break;
+        default:
+            n = tk_proto_fmt_ping(p, cap, id);
+            break;
+    }
+    r->stream_pos = k->out_appended;
+    conn_append(k, n);
+    r->wire = CL_WIRE_QUEUED;
+    r->conn = k;
+    r->wire_id = id;
+    k->slots[id & k->mask] = r;
+    k->inflight++;
+    cl_list_push_back(&k->unsent, r);
+}
+
+void cl_conn_neuter(struct cl_conn *k, struct cl_req *r)
+{
+    TK_ASSERT(r->wire == CL_WIRE_QUEUED);
+    TK_ASSERT(r->stream_pos >= k->out_written);
+    size_t off = k->whead + (size_t)(r->stream_pos - k->out_written);
+    TK_ASSERT(off < k->whead + k->wlen);
+    TK_ASSERT(k->wbuf[off] == r->type);
+    /* An unknown command: the server answers "E <id> command" and changes
+     * nothing, so a line that can no longer be taken back is harmless. */
+    k->wbuf[off] = 'X';
+    r->neutered = true;
+}
+
+void cl_conn_drop_slot(struct cl_conn *k, struct cl_req *r)
+{
+    TK_ASSERT(r->conn == k);
+    TK_ASSERT(k->slots[r->wire_id & k->mask] == r);
+    k->slots[r->wire_id & k->mask] = NULL;
+    k->inflight--;
+    if (r->wire == CL_WIRE_QUEUED)
+        cl_list_remove(&k->unsent, r);
+    r->wire = CL_WIRE_NONE;
+    r->conn = NULL;
+}
+
+void cl_conn_flush(struct cl_conn *k, uint64_t now_us)
+{
+    if (k->fd < 0 || k->state == CL_CONN_CONNECTING)
+        return;
+    while (k->wlen > 0) {
+        /* Read just before the write, so it is never later than the moment
+         * the first byte left: a lease counted from it is safe. */
+        uint64_t before_us = cl_now_us();
+        ssize_t n = send(k->fd, k->wbuf + k->whead, k->wlen, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            conn_arm(k, EPOLLIN | EPOLLOUT);
+            return;
+        }
+        if (n <= 0) {
+            char why[128];
+            snprintf(why, sizeof why, "write: %s", n < 0 ? strerror(errno) : "no progress");
+            cl_conn_fail(k, why, now_us);
+            return;
+        }
+        k->whead += (size_t)n;
+        k->wlen -= (size_t)n;
+        k->out_written += (uint64_t)n;
+        while (k->unsent.head != NULL && k->unsent.head->stream_pos < k->out_written) {
+            struct cl_req *r = k->unsent.head;
+            cl_list_remove(&k->unsent, r);
+            cl_on_sent(k->client, r, before_us);
+        }
+    }
+    k->whead = 0;
+    conn_arm(k, EPOLLIN);
+}
+
+/* ---- input --------------------------------------------------------------------- */
+
+static void conn_on_banner(struct cl_conn *k, const char *line, size_t len, uint64_t now_us)
+{
+    struct tk_client *c = k->client;
+    const char *snonce;
+    char proof[TK_AUTH_HEX_LEN + 1];
+    size_t cap;
+    if (!tk_proto_parse_banner(line, len, false, &snonce)) {
+        cl_conn_fail(k,
+                     len >= 2 && line[0] == 'E' ? "refused (E before the banner)"
+                                                : "not a Ticketing client port",
+                     now_us);
+        return;
+    }
+    memcpy(k->snonce, snonce, TK_AUTH_HEX_LEN);
+    k->snonce[TK_AUTH_HEX_LEN] = '\0';
+    if (tk_auth_nonce(k->cnonce) != TK_OK) {
+        cl_conn_fail(k, "no random bytes for a nonce", now_us);
+        return;
+    }
+    tk_auth_proof(c->secret, c->secret_len, false, k->snonce, k->cnonce, proof);
+    char *p = conn_tail(k, &cap);
+    conn_append(k, tk_proto_fmt_auth(p, cap, k->cnonce, proof));
+    k->state = CL_CONN_AUTH; /* written by the loop's flush, after this batch of lines */
+}
+
+static void conn_on_ok(struct cl_conn *k, const char *line, size_t len, uint64_t now_us)
+{
+    struct tk_client *c = k->client;
+    const char *sproof;
+    uint64_t node_id, domain[2];
+    char expect[TK_AUTH_HEX_LEN + 1];
+    size_t cap;
+    if (!tk_proto_parse_ok(line, len, &sproof, &node_id, domain)) {
+        bool auth = len == 8 && memcmp(line, "E - auth", 8) == 0;
+        if (auth) {
+            atomic_fetch_add_explicit(&c->st_auth_failures, 1, memory_order_relaxed);
+            cl_log(c, 0, "%s refused our proof: is the client secret right?", k->addr);
+        }
+        cl_conn_fail(k, auth ? "authentication refused" : "bad handshake answer", now_us);
+        return;
+    }
+    tk_auth_proof(c->secret, c->secret_len, true, k->snonce, k->cnonce, expect);
+    if (!tk_auth_equal(expect, sproof, TK_AUTH_HEX_LEN)) {
+        /* Mutual authentication (SPEC 2): this peer does not know our
+         * secret, so nothing it says (an M included) is believed. */
+        atomic_fetch_add_explicit(&c->st_auth_failures, 1, memory_order_relaxed);
+        cl_log(c, 0, "%s sent a wrong server proof: not our cluster", k->addr);
+        cl_conn_fail(k, "wrong server proof", now_us);
+        return;
+    }
+    atomic_fetch_add_explicit(&c->st_handshakes, 1, memory_order_relaxed);
+    char *p = conn_tail(k, &cap);
+    conn_append(k, tk_proto_fmt_ping(p, cap, CL_PROBE_ID));
+    k->probe_sent_us = now_us;
+    /* Not flushed here: an M that came in the same segment as the OK is
+     * still in rbuf and must be read (and believed) before a write to the
+     * closing socket can fail the connection. The loop flushes. */
+    k->state = CL_CONN_PROBE;
+}
+
+static void conn_on_probe(struct cl_conn *k, const struct tk_response *rsp, uint64_t now_us)
+{
+    struct tk_client *c = k->client;
+    if (rsp->type == 'P' && rsp->has_id && rsp->id == CL_PROBE_ID) {
+        k->state = CL_CONN_READY;
+        k->backoff_ms = c->cfg.backoff_min_ms; /* a good handshake resets the backoff */
+        cl_on_ready_change(c, 1);
+        cl_log(c, 2, "connected to %s (%s)", k->addr, k->extra ? "hinted leader" : "configured");
+        return;
+    }
+    cl_conn_fail(k, "unexpected answer to the probe", now_us);
+}
+
+static void conn_on_answer(struct cl_conn *k, const struct tk_response *rsp, uint64_t now_us)
+{
+    struct tk_client *c = k->client;
+    struct cl_req *r = k->slots[rsp->id & k->mask];
+    if (r == NULL || r->wire_id != rsp->id) {
+        /* A forgotten zombie's answer (its linger ended) or a server bug:
+         * nothing waits for it. */
+        cl_log(c, 3, "%s: answer for unknown id %llu ignored", k->addr,
+               (unsigned long long)rsp->id);
+        return;
+    }
+    if (r->wire != CL_WIRE_SENT || !cl_response_fits(r, rsp->type)) {
+        cl_conn_fail(k, "protocol: answer does not fit its request", now_us);
+        return;
+    }
+    cl_conn_drop_slot(k, r);
+    cl_on_response(c, r, rsp);
+}
+
+static void conn_line(struct cl_conn *k, const char *line, size_t len, uint64_t now_us)
+{
+    struct tk_response rsp;
+    if (k->state == CL_CONN_BANNER) {
+        conn_on_banner(k, line, len, now_us);
+        return;
+    }
+    if (k->state == CL_CONN_AUTH) {
+        conn_on_ok(k, line, len, now_us);
+        return;
+    }
+    if (!tk_proto_parse_response(line, len, &rsp)) {
+        cl_conn_fail(k, "protocol: malformed line", now_us);
+        return;
+    }
+    if (rsp.type == 'M') {
+        cl_on_moved(k->client, rsp.text, rsp.text ? rsp.text_len : 0, now_us);
+        cl_conn_fail(k, "not the leader (M)", now_us);
+    } else if (!rsp.has_id) {
+        char why[64];
+        snprintf(why, sizeof why, "server closed: E - %.*s", (int)TK_MIN(rsp.text_len, 20u),
+                 rsp.text ? rsp.text : "");
+        cl_conn_fail(k, why, now_us);
+    } else if (k->state == CL_CONN_PROBE) {
+        conn_on_probe(k, &rsp, now_us);
+    } else {
+        conn_on_answer(k, &rsp, now_us);
+    }
+}
+
+/* Handles every complete line in rbuf; stops as soon as the connection
+ * fails (its buffers are reset then). */
+static void conn_lines(struct cl_conn *k, uint64_t now_us)
+{
+    size_t off = 0;
+    while (k->fd >= 0) {
+        char *nl = memchr(k->rbuf + off, '\n', k->rlen - off);
+        if (nl == NULL)
+            break;
+        size_t len = (size_t)(nl - (k->rbuf + off));
+        if (len + 1 > TK_LINE_MAX) {
+            cl_conn_fail(k, "protocol: line too long", now_us);
+            return;
+        }
+        conn_line(k, k->rbuf + off, len, now_us);
+        off += len + 1;
+    }
+    if (k->fd < 0)
+        return;
+    memmove(k->rbuf, k->rbuf + off, k->rlen - off);
+    k->rlen -= off;
+    if (k->rlen >= TK_LINE_MAX)
+        cl_conn_fail(k, "protocol: line too long", now_us);
+}
+
+static void conn_read(struct cl_conn *k, uint64_t now_us)
+{
+    while (k->fd >= 0) {
+        ssize_t n = recv(k->fd, k->rbuf + k->rlen, CL_RBUF_SIZE - k->rlen, 0);
+        if (n > 0) {
+            k->rlen += (size_t)n;
+            conn_lines(k, now_us);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        char why[128];
+        snprintf(why, sizeof why, "%s", n == 0 ? "closed by the server" : strerror(errno));
+        cl_conn_fail(k, why, now_us);
+        return;
+    }
+}
+
+void cl_conn_event(struct cl_conn *k, uint32_t events, uint64_t now_us)
+{
+    if (k->fd < 0)
+        return; /* closed earlier in this round */
+    if (k->state == CL_CONN_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+            err = errno;
+        if (err != 0) {
+            char why[128];
+            snprintf(why, sizeof why, "connect: %s", strerror(err));
+            cl_conn_fail(k, why, now_us);
+            return;
+        }
+        if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0)
+            return;
+        k->state = CL_CONN_BANNER;
+        conn_arm(k, EPOLLIN);
+        return;
+    }
+    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+        conn_read(k, now_us);
+    if (k->fd >= 0 && (events & EPOLLOUT))
+        cl_conn_flush(k, now_us);
+}

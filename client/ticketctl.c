@@ -1,0 +1,582 @@
+/* ticketctl: the command-line client of Ticketing (SPEC 11, 13), built on
+ * libticketing. `run` holds a lock while a command runs (like flock(1) or
+ * `etcdctl lock`); acquire, release, query and ping make one request each;
+ * status reads every member's admin /status (client port + 2).
+ *
+ * Output is for people by default and JSON with --json. Exit codes are
+ * fixed (usage() prints them) so scripts can tell the outcomes apart.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/ticketctl.h"
+#include "client/ticketing.h"
+
+extern char **environ;
+
+static void usage(FILE *f)
+{
+    fputs(
+        "usage: ticketctl [flags] COMMAND [args]\n"
+        "\n"
+        "commands:\n"
+        "  run KEY [--lease 30s] [--wait 5s] [--] CMD [ARG...]\n"
+        "        hold KEY while CMD runs; CMD sees TICKETING_TOKEN, TICKETING_KEY and\n"
+        "        TICKETING_OWNER; the lock is released after; CMD's exit code is passed\n"
+        "        through. CMD gets SIGTERM shortly before the lease ends, SIGKILL at it.\n"
+        "  acquire KEY [--lease 30s] [--wait 5s]   prints the token; the lock stays held\n"
+        "  release KEY --token N --owner OWNER\n"
+        "  query KEY                               the committed holder and waiters\n"
+        "  ping [--count N]                        round trips through the client\n"
+        "  status                                  each member's admin /status\n"
+        "\n"
+        "flags:\n"
+        "  --addr host:port[,host:port...]   cluster addresses (env TICKETING_ADDR)\n"
+        "  --secret-file PATH                client secret (env TICKETING_SECRET_FILE)\n"
+        "  --owner NAME                      owner (env TICKETING_OWNER; default unique)\n"
+        "  --lease D  --wait D               durations: 500ms, 30s, 2m (0 needs no unit)\n"
+        "  --timeout D                       budget of query/ping/status (default 5s)\n"
+        "  --grace D                         wait for an answer past --wait (default 2s)\n"
+        "  --json                            machine-readable output\n"
+        "  -v, --verbose                     log connection events to stderr\n"
+        "\n"
+        "exit codes: 0 ok (run: the command's own code), 64 usage, 80 busy, 81 timeout,\n"
+        "  82 indeterminate (do not assume the lock is held or free), 83 unavailable,\n"
+        "  84 invalid, 85 lease lost during run, 86 release: not held,\n"
+        "  87 release: unconfirmed, 1 other failure.\n",
+        f);
+}
+
+int ctl_die_usage(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "ticketctl: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(ticketctl --help for usage)\n");
+    return CTL_EXIT_USAGE;
+}
+
+/* "500ms", "30s", "2m" or "0" into milliseconds. */
+static bool parse_duration(const char *s, uint64_t *ms)
+{
+    char *end;
+    errno = 0;
+    if (*s < '0' || *s > '9')
+        return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || v > 1000000000ull)
+        return false;
+    if (strcmp(end, "ms") == 0)
+        *ms = v;
+    else if (strcmp(end, "s") == 0)
+        *ms = v * 1000u;
+    else if (strcmp(end, "m") == 0)
+        *ms = v * 60000u;
+    else if (*end == '\0' && v == 0)
+        *ms = 0;
+    else
+        return false;
+    return true;
+}
+
+bool ctl_parse_u64(const char *s, uint64_t *v)
+{
+    char *end;
+    errno = 0;
+    if (*s < '0' || *s > '9')
+        return false;
+    *v = strtoull(s, &end, 10);
+    return errno == 0 && *end == '\0';
+}
+
+/* One flag with its value; returns 0, or an exit code. */
+static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
+{
+    if (!strcmp(name, "--addr"))
+        o->addr = val;
+    else if (!strcmp(name, "--secret-file"))
+        o->secret_file = val;
+    else if (!strcmp(name, "--owner"))
+        o->owner = val;
+    else if (!strcmp(name, "--token")) {
+        if (!ctl_parse_u64(val, &o->token) || o->token == 0)
+            return ctl_die_usage("bad --token '%s'", val);
+        o->have_token = true;
+    } else if (!strcmp(name, "--count")) {
+        if (!ctl_parse_u64(val, &o->count) || o->count == 0 || o->count > 1000000)
+            return ctl_die_usage("bad --count '%s'", val);
+    } else {
+        uint64_t *dst = !strcmp(name, "--lease")     ? &o->lease_ms
+                        : !strcmp(name, "--wait")    ? &o->wait_ms
+                        : !strcmp(name, "--timeout") ? &o->timeout_ms
+                        : !strcmp(name, "--grace")   ? &o->grace_ms
+                                                     : NULL;
+        if (dst == NULL)
+            return ctl_die_usage("unknown flag '%s'", name);
+        if (!parse_duration(val, dst))
+            return ctl_die_usage("bad duration '%s' (use 500ms, 30s, 2m)", val);
+    }
+    return 0;
+}
+
+static bool flag_takes_value(const char *name)
+{
+    static const char *const with[] = {"--addr",  "--secret-file", "--owner",
+                                       "--token", "--count",       "--lease",
+                                       "--wait",  "--timeout",     "--grace"};
+    for (size_t i = 0; i < sizeof with / sizeof with[0]; i++)
+        if (!strcmp(name, with[i]))
+            return true;
+    return false;
+}
+
+static int parse_args(struct ctl_opts *o, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        bool run_key_seen = o->cmd && !strcmp(o->cmd, "run") && o->key;
+        if (!strcmp(a, "--") || (run_key_seen && a[0] != '-')) {
+            if (!run_key_seen)
+                return ctl_die_usage("'%s' is only for run KEY -- CMD", a);
+            o->argv_cmd = &argv[i + (a[0] == '-' ? 1 : 0)];
+            break;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            exit(CTL_EXIT_OK);
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            o->verbose = true;
+        } else if (a[0] == '-' && a[1] == '-') {
+            char name[32];
+            const char *eq = strchr(a, '=');
+            const char *val;
+            size_t n = eq ? (size_t)(eq - a) : strlen(a);
+            if (n >= sizeof name)
+                return ctl_die_usage("unknown flag '%s'", a);
+            memcpy(name, a, n);
+            name[n] = '\0';
+            if (!flag_takes_value(name))
+                return ctl_die_usage("unknown flag '%s'", a);
+            if (eq)
+                val = eq + 1;
+            else if (i + 1 < argc)
+                val = argv[++i];
+            else
+                return ctl_die_usage("flag %s needs a value", name);
+            int rc = parse_flag(o, name, val);
+            if (rc != 0)
+                return rc;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            return ctl_die_usage("unknown flag '%s'", a);
+        } else if (o->cmd == NULL) {
+            o->cmd = a;
+        } else if (o->key == NULL) {
+            o->key = a;
+        } else {
+            return ctl_die_usage("unexpected argument '%s'", a);
+        }
+    }
+    return 0;
+}
+
+/* ---- client ------------------------------------------------------------------ */
+
+static void log_stderr(void *arg, int level, const char *message)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    (void)arg;
+    fprintf(stderr, "ticketctl: %s: %s\n", names[level < 0 || level > 3 ? 3 : level], message);
+}
+
+static int make_client(const struct ctl_opts *o, struct tk_client **c)
+{
+    struct tk_client_config cfg;
+    tk_client_config_init(&cfg);
+    cfg.addrs = o->addr;
+    cfg.secret_file = o->secret_file;
+    cfg.owner = o->owner;
+    cfg.request_timeout_ms = (uint32_t)o->timeout_ms;
+    cfg.response_grace_ms = (uint32_t)o->grace_ms;
+    if (o->verbose)
+        cfg.log = log_stderr;
+    int rc = tk_client_create(&cfg, c);
+    if (rc == TK_CLIENT_ENONE)
+        return 0;
+    if (rc == TK_CLIENT_ESECRET)
+        return ctl_die_usage("cannot use the secret file '%s' (readable, 16-4096 bytes?)",
+                             o->secret_file);
+    if (rc == TK_CLIENT_EINVAL)
+        return ctl_die_usage("bad --addr or --owner ('%s')", o->addr);
+    fprintf(stderr, "ticketctl: %s\n", tk_client_strerror(rc));
+    return CTL_EXIT_FAIL;
+}
+
+static int outcome_exit(enum tk_client_outcome o)
+{
+    switch (o) {
+        case TK_CLIENT_ACQUIRED:
+        case TK_CLIENT_RELEASED:
+        case TK_CLIENT_ANSWERED:
+            return CTL_EXIT_OK;
+        case TK_CLIENT_BUSY:
+            return CTL_EXIT_BUSY;
+        case TK_CLIENT_TIMEOUT:
+            return CTL_EXIT_TIMEOUT;
+        case TK_CLIENT_INDETERMINATE:
+        case TK_CLIENT_CANCELLED:
+            return CTL_EXIT_INDETERMINATE;
+        case TK_CLIENT_INVALID:
+            return CTL_EXIT_INVALID;
+        case TK_CLIENT_NOT_HELD:
+            return CTL_EXIT_NOT_HELD;
+        case TK_CLIENT_UNCONFIRMED:
+        case TK_CLIENT_QUEUE_FULL:
+            return CTL_EXIT_UNCONFIRMED;
+        default:
+            return CTL_EXIT_UNAVAILABLE;
+    }
+}
+
+static const char *outcome_text(enum tk_client_outcome o)
+{
+    switch (o) {
+        case TK_CLIENT_BUSY:
+            return "busy: the key is held (or a server bound was reached); not acquired";
+        case TK_CLIENT_TIMEOUT:
+            return "timeout: the wait ran out before our turn; not acquired";
+        case TK_CLIENT_INDETERMINATE:
+            return "indeterminate: sent, but no confirmed answer; the lock may or may not be "
+                   "held (the lease will free it)";
+        case TK_CLIENT_UNAVAILABLE:
+            return "unavailable: no server could take the request in time; nothing was sent";
+        case TK_CLIENT_INVALID:
+            return "invalid: rejected";
+        case TK_CLIENT_NOT_HELD:
+            return "not held: nothing is held under that key, owner and token";
+        case TK_CLIENT_UNCONFIRMED:
+            return "unconfirmed: no answer before the deadline; do not assume it was released";
+        default:
+            return tk_client_outcome_str(o);
+    }
+}
+
+/* Prints a failed outcome (human: stderr; JSON: stdout) and returns its exit code. */
+static int report_failure(const struct ctl_opts *o, const struct tk_client_result *r)
+{
+    const char *key = o->key ? o->key : "";
+    if (o->json)
+        printf("{\"outcome\":\"%s\",\"key\":\"%s\",\"reason\":\"%s\"}\n",
+               tk_client_outcome_str(r->outcome), key, r->reason);
+    else if (r->reason[0])
+        fprintf(stderr, "ticketctl: %s%s%s (reason: %s)\n", key, *key ? ": " : "",
+                outcome_text(r->outcome), r->reason);
+    else
+        fprintf(stderr, "ticketctl: %s%s%s\n", key, *key ? ": " : "", outcome_text(r->outcome));
+    return outcome_exit(r->outcome);
+}
+
+static uint32_t clamp32(uint64_t v)
+{
+    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+/* ---- run --------------------------------------------------------------------- */
+
+static volatile sig_atomic_t pending_signal;
+
+static void on_signal(int sig)
+{
+    pending_signal = sig;
+}
+
+/* The caller's environment less any TICKETING_TOKEN/KEY/OWNER, plus ours. */
+static char **child_env(const char *key, const char *owner, uint64_t token)
+{
+    size_t n = 0;
+    while (environ[n] != NULL)
+        n++;
+    char **env = calloc(n + 4, sizeof *env);
+    if (env == NULL)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "TICKETING_TOKEN=", 16) != 0 &&
+            strncmp(environ[i], "TICKETING_KEY=", 14) != 0 &&
+            strncmp(environ[i], "TICKETING_OWNER=", 16) != 0)
+            env[k++] = environ[i];
+    char tok[64];
+    snprintf(tok, sizeof tok, "TICKETING_TOKEN=%llu", (unsigned long long)token);
+    size_t klen = strlen("TICKETING_KEY=") + strlen(key) + 1;
+    size_t olen = strlen("TICKETING_OWNER=") + strlen(owner) + 1;
+    env[k] = strdup(tok);
+    env[k + 1] = malloc(klen);
+    env[k + 2] = malloc(olen);
+    if (env[k] == NULL || env[k + 1] == NULL || env[k + 2] == NULL) {
+        free(env[k]);
+        free(env[k + 1]);
+        free(env[k + 2]);
+        free(env);
+        return NULL;
+    }
+    snprintf(env[k + 1], klen, "TICKETING_KEY=%s", key);
+    snprintf(env[k + 2], olen, "TICKETING_OWNER=%s", owner);
+    return env;
+}
+
+static void free_env(char **env)
+{
+    if (env == NULL)
+        return;
+    size_t n = 0;
+    while (env[n] != NULL)
+        n++;
+    /* The last three are ours; the rest belong to environ. */
+    for (size_t i = n >= 3 ? n - 3 : 0; i < n; i++)
+        free(env[i]);
+    free(env);
+}
+
+/* Waits for the command, forwarding SIGINT/SIGTERM/SIGHUP. The lease is the
+ * lock's end, whatever the command is doing: SIGTERM a little before it
+ * (a tenth of the lease, at most 2 s), SIGKILL at it, since past it another
+ * holder may already be inside. Returns the wait status. */
+static int wait_child(pid_t pid, uint64_t lease_ms, uint64_t deadline_us, bool *lease_lost)
+{
+    uint64_t margin_us = (lease_ms / 10 < 2000 ? lease_ms / 10 : 2000) * 1000u;
+    bool termed = false, killed = false;
+    for (;;) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return st;
+        if (r < 0 && errno != EINTR)
+            return -1;
+        if (pending_signal != 0) {
+            kill(pid, pending_signal);
+            pending_signal = 0;
+        }
+        uint64_t now = tk_client_now_us();
+        if (!termed && now + margin_us >= deadline_us) {
+            fprintf(stderr, "ticketctl: the lease is running out: stopping the command\n");
+            kill(pid, SIGTERM);
+            termed = true;
+            *lease_lost = true;
+        }
+        if (!killed && now >= deadline_us) {
+            kill(pid, SIGKILL);
+            killed = true;
+        }
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void release_after(const struct ctl_opts *o, struct tk_client *c, uint64_t token)
+{
+    struct tk_client_result rr;
+    enum tk_client_outcome out = tk_client_release(c, o->key, token, &rr);
+    if (out == TK_CLIENT_RELEASED) {
+        if (o->verbose)
+            fprintf(stderr, "ticketctl: released %s token %llu\n", o->key,
+                    (unsigned long long)token);
+        return;
+    }
+    fprintf(stderr, "ticketctl: warning: release of %s token %llu: %s\n", o->key,
+            (unsigned long long)token, outcome_text(out));
+}
+
+static int cmd_run(const struct ctl_opts *o, struct tk_client *c)
+{
+    struct tk_client_result r;
+    if (tk_client_acquire(c, o->key, clamp32(o->lease_ms), clamp32(o->wait_ms), &r) !=
+        TK_CLIENT_ACQUIRED)
+        return report_failure(o, &r);
+    if (o->verbose)
+        fprintf(stderr, "ticketctl: acquired %s token %llu\n", o->key, (unsigned long long)r.token);
+    char **env = child_env(o->key, tk_client_owner(c), r.token);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    pid_t pid;
+    int rc = env ? posix_spawnp(&pid, o->argv_cmd[0], NULL, NULL, o->argv_cmd, env) : ENOMEM;
+    free_env(env);
+    int code;
+    bool lease_lost = false;
+    if (rc != 0) {
+        fprintf(stderr, "ticketctl: cannot run %s: %s\n", o->argv_cmd[0], strerror(rc));
+        code = rc == ENOENT ? 127 : 126; /* as a shell would say */
+    } else {
+        int st = wait_child(pid, o->lease_ms, r.lease_deadline_us, &lease_lost);
+        if (lease_lost)
+            code = CTL_EXIT_LEASE_LOST;
+        else if (st >= 0 && WIFEXITED(st))
+            code = WEXITSTATUS(st);
+        else if (st >= 0 && WIFSIGNALED(st))
+            code = 128 + WTERMSIG(st);
+        else
+            code = CTL_EXIT_FAIL;
+    }
+    release_after(o, c, r.token);
+    if (o->json)
+        fprintf(stderr,
+                "{\"outcome\":\"acquired\",\"key\":\"%s\",\"token\":%llu,\"exit\":%d,"
+                "\"lease_lost\":%s}\n",
+                o->key, (unsigned long long)r.token, code, lease_lost ? "true" : "false");
+    return code;
+}
+
+/* ---- one request each ------------------------------------------------------------ */
+
+static int cmd_acquire(const struct ctl_opts *o, struct tk_client *c)
+{
+    struct tk_client_result r;
+    if (tk_client_acquire(c, o->key, clamp32(o->lease_ms), clamp32(o->wait_ms), &r) !=
+        TK_CLIENT_ACQUIRED)
+        return report_failure(o, &r);
+    if (o->json)
+        printf(
+            "{\"outcome\":\"acquired\",\"key\":\"%s\",\"token\":%llu,\"owner\":\"%s\","
+            "\"lease_ms\":%llu}\n",
+            o->key, (unsigned long long)r.token, tk_client_owner(c),
+            (unsigned long long)o->lease_ms);
+    else
+        printf(
+            "acquired %s token %llu owner %s lease %llums\n"
+            "release with: ticketctl release %s --token %llu --owner %s\n",
+            o->key, (unsigned long long)r.token, tk_client_owner(c),
+            (unsigned long long)o->lease_ms, o->key, (unsigned long long)r.token,
+            tk_client_owner(c));
+    return CTL_EXIT_OK;
+}
+
+static int cmd_release(const struct ctl_opts *o, struct tk_client *c)
+{
+    struct tk_client_result r;
+    if (tk_client_release(c, o->key, o->token, &r) != TK_CLIENT_RELEASED)
+        return report_failure(o, &r);
+    if (o->json)
+        printf("{\"outcome\":\"released\",\"key\":\"%s\",\"token\":%llu}\n", o->key,
+               (unsigned long long)o->token);
+    else
+        printf("released %s token %llu\n", o->key, (unsigned long long)o->token);
+    return CTL_EXIT_OK;
+}
+
+static int cmd_query(const struct ctl_opts *o, struct tk_client *c)
+{
+    struct tk_client_result r;
+    if (tk_client_query(c, o->key, &r) != TK_CLIENT_ANSWERED)
+        return report_failure(o, &r);
+    if (o->json && r.held)
+        printf("{\"key\":\"%s\",\"held\":true,\"owner\":\"%s\",\"token\":%llu,\"waiters\":%u}\n",
+               o->key, r.owner, (unsigned long long)r.token, r.waiters);
+    else if (o->json)
+        printf("{\"key\":\"%s\",\"held\":false,\"owner\":null,\"token\":0,\"waiters\":0}\n",
+               o->key);
+    else if (r.held)
+        printf("%s: held by %s token %llu, %u waiting\n", o->key, r.owner,
+               (unsigned long long)r.token, r.waiters);
+    else
+        printf("%s: free\n", o->key);
+    return CTL_EXIT_OK;
+}
+
+static int cmd_ping(const struct ctl_opts *o, struct tk_client *c)
+{
+    int code = CTL_EXIT_OK;
+    for (uint64_t i = 0; i < o->count; i++) {
+        struct tk_client_result r;
+        if (tk_client_ping(c, &r) != TK_CLIENT_ANSWERED) {
+            code = report_failure(o, &r);
+            continue;
+        }
+        if (o->json)
+            printf("{\"outcome\":\"answered\",\"rtt_us\":%llu}\n", (unsigned long long)r.rtt_us);
+        else
+            printf("pong: %.3f ms\n", (double)r.rtt_us / 1000.0);
+    }
+    return code;
+}
+
+/* ---- main ------------------------------------------------------------------------ */
+
+static int check_needs(const struct ctl_opts *o)
+{
+    bool needs_key = strcmp(o->cmd, "ping") != 0 && strcmp(o->cmd, "status") != 0;
+    if (needs_key && o->key == NULL)
+        return ctl_die_usage("%s needs a KEY", o->cmd);
+    if (!needs_key && o->key != NULL)
+        return ctl_die_usage("unexpected argument '%s'", o->key);
+    if (!strcmp(o->cmd, "run") && (o->argv_cmd == NULL || o->argv_cmd[0] == NULL))
+        return ctl_die_usage("%s needs a command: run KEY [flags] -- CMD [ARG...]", o->cmd);
+    if (!strcmp(o->cmd, "release") && !o->have_token)
+        return ctl_die_usage("%s needs --token (and the owner that acquired it)", o->cmd);
+    if (!strcmp(o->cmd, "release") && o->owner == NULL)
+        return ctl_die_usage("%s needs --owner (or TICKETING_OWNER): the acquirer's owner", o->cmd);
+    if (o->addr == NULL || o->addr[0] == '\0')
+        return ctl_die_usage("%s", "no cluster address: --addr host:port or TICKETING_ADDR");
+    if (strcmp(o->cmd, "status") != 0 && (o->secret_file == NULL || o->secret_file[0] == '\0'))
+        return ctl_die_usage("%s", "no secret: --secret-file PATH or TICKETING_SECRET_FILE");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const cmds[] = {"run", "acquire", "release", "query", "ping", "status"};
+    struct ctl_opts o = {
+        .lease_ms = 30000, .wait_ms = 5000, .timeout_ms = 5000, .grace_ms = 2000, .count = 1};
+    int rc = parse_args(&o, argc, argv);
+    if (rc != 0)
+        return rc;
+    if (o.addr == NULL)
+        o.addr = getenv("TICKETING_ADDR");
+    if (o.secret_file == NULL)
+        o.secret_file = getenv("TICKETING_SECRET_FILE");
+    if (o.owner == NULL)
+        o.owner = getenv("TICKETING_OWNER");
+    if (o.cmd == NULL) {
+        usage(stderr);
+        return CTL_EXIT_USAGE;
+    }
+    bool known = false;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        known |= strcmp(o.cmd, cmds[i]) == 0;
+    if (!known)
+        return ctl_die_usage("unknown command '%s'", o.cmd);
+    if ((rc = check_needs(&o)) != 0)
+        return rc;
+    if (!strcmp(o.cmd, "status"))
+        return ctl_status(&o);
+
+    struct tk_client *c;
+    if ((rc = make_client(&o, &c)) != 0)
+        return rc;
+    if (!strcmp(o.cmd, "run"))
+        rc = cmd_run(&o, c);
+    else if (!strcmp(o.cmd, "acquire"))
+        rc = cmd_acquire(&o, c);
+    else if (!strcmp(o.cmd, "release"))
+        rc = cmd_release(&o, c);
+    else if (!strcmp(o.cmd, "query"))
+        rc = cmd_query(&o, c);
+    else
+        rc = cmd_ping(&o, c);
+    fflush(stdout);
+    tk_client_destroy(c);
+    return rc;
+}

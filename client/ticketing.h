@@ -1,0 +1,315 @@
+/* libticketing: the official C client of Ticketing, a distributed FIFO lock
+ * service (SPEC 2-5 and 11; docs/client.md is the user's guide).
+ *
+ * Threads. A client object owns one background I/O thread (epoll) that keeps
+ * the connections, sends and receives, and runs every timer; plus, only when
+ * an address is a host name, one resolver thread (getaddrinfo blocks). Every
+ * function below may be called from any thread at any time, except where it
+ * says otherwise. Completion callbacks run on the I/O thread: they must be
+ * short and must not block; they may call the *_async functions and
+ * tk_client_cancel(), never the blocking ones (those return at once with
+ * INVALID, reason "thread", there) nor tk_client_destroy().
+ *
+ * Memory. The client copies everything it is given (addresses, secret,
+ * owner, keys); nothing the caller passes needs to outlive the call. A
+ * result handed to a callback is valid only during the callback.
+ *
+ * Public names: tk_client_* functions, struct tk_client_*, TK_CLIENT_*
+ * constants. Plain structs, no typedefs. This header needs only the C
+ * standard library.
+ */
+#ifndef TICKETING_H
+#define TICKETING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TK_CLIENT_API __attribute__((visibility("default")))
+#else
+#define TK_CLIENT_API
+#endif
+
+/* Field limits of SPEC 5, as the client checks them before sending. */
+#define TK_CLIENT_KEY_MAX 250  /* bytes; each 0x21-0x7E */
+#define TK_CLIENT_OWNER_MAX 64 /* bytes; each 0x21-0x7E */
+#define TK_CLIENT_LEASE_MS_MIN 1000u
+#define TK_CLIENT_LEASE_MS_MAX 250000u
+#define TK_CLIENT_WAIT_MS_MAX 250000u
+/* The absolute deadline of a release, counted from its enqueue (seed). */
+#define TK_CLIENT_RELEASE_DEADLINE_MS 5000u
+
+/* Failures of the calls themselves (0 = no failure). Expected outcomes of
+ * requests (BUSY, TIMEOUT, ...) are not failures: see enum
+ * tk_client_outcome. */
+enum tk_client_error {
+    TK_CLIENT_ENONE = 0,
+    TK_CLIENT_EINVAL,       /* bad argument: key, lease, wait, token, config field */
+    TK_CLIENT_ENOMEM,       /* out of memory, or the client's request bound is reached */
+    TK_CLIENT_EFULL,        /* the release queue is full (release_async only) */
+    TK_CLIENT_ESECRET,      /* the secret file is unreadable, or the secret too short/long */
+    TK_CLIENT_EUNSUPPORTED, /* asked for something not built yet (TLS) */
+    TK_CLIENT_ESYSTEM,      /* a system call failed (threads, epoll, eventfd) */
+    TK_CLIENT_ESHUTDOWN,    /* tk_client_destroy() has begun */
+    TK_CLIENT_ENOTFOUND,    /* tk_client_cancel(): no such request in progress */
+};
+TK_CLIENT_API const char *tk_client_strerror(int err);
+
+/* The outcome of one request. Each says exactly what the caller knows; the
+ * table in docs/client.md says what the caller must do. */
+enum tk_client_outcome {
+    /* acquire */
+    TK_CLIENT_ACQUIRED = 1,  /* G: you hold the key until you release it or
+                                lease_deadline_us, whichever comes first */
+    TK_CLIENT_TIMEOUT,       /* T: the wait elapsed before your turn; not acquired */
+    TK_CLIENT_BUSY,          /* B: held and wait was 0, or a server bound; not acquired */
+    TK_CLIENT_INVALID,       /* E <id> <reason>, or refused locally; nothing changed */
+    TK_CLIENT_UNAVAILABLE,   /* not one byte of the request was ever written within its
+                                budget: definitely not acquired (for a query or a ping:
+                                no answer came within the budget) */
+    TK_CLIENT_INDETERMINATE, /* written, no confirmed answer: you may or may not hold
+                                the key; do NOT enter the critical section */
+    TK_CLIENT_CANCELLED,     /* tk_client_cancel() or tk_client_destroy() came first:
+                                treat as not acquired; a late grant is released */
+    /* release */
+    TK_CLIENT_RELEASED,    /* R: released (the key went to the next waiter or is free) */
+    TK_CLIENT_NOT_HELD,    /* N: nothing is held under exactly (key, owner, token):
+                              expired, released earlier, or never granted */
+    TK_CLIENT_UNCONFIRMED, /* no R or N before the absolute 5 s deadline: never
+                              assume success; the server-side lease is the safety net */
+    TK_CLIENT_QUEUE_FULL,  /* the release queue is full; nothing was enqueued */
+    /* query, ping */
+    TK_CLIENT_ANSWERED, /* Q or P answered; the fields below hold the answer */
+};
+TK_CLIENT_API const char *tk_client_outcome_str(enum tk_client_outcome o);
+
+/* What a request came to. Filled by the blocking calls, or handed to a
+ * completion callback (valid during the callback only). */
+struct tk_client_result {
+    enum tk_client_outcome outcome;
+    /* ACQUIRED: the fencing token, to be passed to every protected write.
+     * ANSWERED query: the holder's token (0 when the key is free).
+     * release: the token that was released. */
+    uint64_t token;
+    /* ACQUIRED: CLOCK_MONOTONIC microseconds (see tk_client_now_us()) by
+     * which the lease ends for certain. It counts from the moment the first
+     * byte of the acquire was written (SPEC 3: earlier than the server's
+     * commit, hence safe). Finish the critical section before it. */
+    uint64_t lease_deadline_us;
+    /* When the first byte of the request was written (CLOCK_MONOTONIC
+     * microseconds), 0 if it never was. */
+    uint64_t sent_us;
+    /* INVALID: the reason word ("key", "owner", "lease", "wait", "token",
+     * "syntax", ...; "thread" for a blocking call from a callback). A
+     * blocking call refused locally also names its cause here: UNAVAILABLE
+     * "requests_max", CANCELLED "shutdown". Empty otherwise. */
+    char reason[16];
+    /* ANSWERED query: held is false when the key is free; owner is the
+     * holder (NUL-terminated), waiters the queue length. */
+    bool held;
+    char owner[TK_CLIENT_OWNER_MAX + 1];
+    uint32_t waiters;
+    /* release: true if the request was written more than once (its
+     * connection died after a write). NOT_HELD then may mean that an earlier
+     * attempt did release the key. */
+    bool resent;
+    /* ANSWERED ping: the round trip in microseconds. */
+    uint64_t rtt_us;
+    /* The request's key, NUL-terminated ("" for a ping). */
+    const char *key;
+};
+
+/* Configuration. Fill it with tk_client_config_init() first, then set what
+ * you need: a zero numeric field means "the default" too. */
+struct tk_client_config {
+    /* "host:port,host:port", at most 8 addresses; "[v6addr]:port" for IPv6.
+     * Required. With exactly one address the client keeps two connections
+     * to it, else one per address. */
+    const char *addrs;
+    /* The client secret: either a file (its bytes less one trailing "\n" or
+     * "\r\n", SPEC 2) or the bytes themselves. One of the two is required. */
+    const char *secret_file;
+    const void *secret;
+    size_t secret_len;
+    /* This client's owner name (1-64 bytes, 0x21-0x7E). NULL: a unique one
+     * is made from the host name, the pid and random bits. */
+    const char *owner;
+    /* How long one connection attempt (TCP connect + handshake) may take.
+     * Default 5000 ms. */
+    uint32_t connect_timeout_ms;
+    /* After an acquire was written, the client waits for its answer until
+     * wait_ms (as sent) + response_grace_ms; past that it is INDETERMINATE.
+     * Default 2000 ms. */
+    uint32_t response_grace_ms;
+    /* An acquire that cannot be written at once (no usable connection) may
+     * wait for one during max(wait_ms, send_budget_min_ms) from the call;
+     * then it is UNAVAILABLE. The floor lets wait_ms = 0 on a client that is
+     * still connecting get its one try. Default 1000 ms. */
+    uint32_t send_budget_min_ms;
+    /* Budget of a query or ping, from the call. Default 5000 ms. */
+    uint32_t request_timeout_ms;
+    /* Bound of the release queue (explicit releases and compensations in
+     * progress). Default 1024. */
+    uint32_t release_queue_max;
+    /* Requests in progress in this client (all kinds). Default 65536. */
+    uint32_t requests_max;
+    /* Requests in flight on one connection (SPEC 14: the server's default is
+     * 4096). Default 4096. */
+    uint32_t inflight_per_connection_max;
+    /* Reconnect backoff (seed: 0.1 s doubling to at most 3.2 s, with jitter:
+     * each delay is drawn in [3/4, 1] of the current step). Defaults 100 and
+     * 3200 ms. */
+    uint32_t backoff_min_ms;
+    uint32_t backoff_max_ms;
+    /* TLS material (PEM files) and the server name to verify. Used once the
+     * server has TLS; until then setting any of them makes tk_client_create()
+     * fail with TK_CLIENT_EUNSUPPORTED, so that nobody believes a plaintext
+     * connection is encrypted. */
+    const char *tls_ca_file;
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_server_name;
+    /* Optional log sink for connection events (connects, handshake
+     * failures, M hints, compensations); NULL: silent. level: 0 error,
+     * 1 warn, 2 info, 3 debug. Called on the I/O thread. */
+    void (*log)(void *arg, int level, const char *message);
+    void *log_arg;
+};
+
+/* Sets every field to its default (addrs, secret and owner to NULL). */
+TK_CLIENT_API void tk_client_config_init(struct tk_client_config *cfg);
+
+struct tk_client;
+
+/* Creates a client and starts its I/O thread, which begins connecting at
+ * once; the call does not wait for a connection. Returns TK_CLIENT_ENONE and
+ * *out, or an error (EINVAL: bad addrs, owner or field; ESECRET; EUNSUPPORTED:
+ * TLS asked for; ENOMEM; ESYSTEM). */
+TK_CLIENT_API int tk_client_create(const struct tk_client_config *cfg, struct tk_client **out);
+
+/* Stops the client. Acquires, queries and pings not yet decided complete
+ * with CANCELLED at once. Releases already queued (explicit ones and
+ * compensations) keep their 5 s deadline: this blocks until the release
+ * queue is empty, at most about 5 s, and returns at once when it is empty
+ * (a grant arriving meanwhile for a cancelled acquire is released too).
+ * Then every connection closes, which removes this client's queued waiters
+ * on the server; a grant still on its way then is freed by its lease. Not
+ * from a callback. */
+TK_CLIENT_API void tk_client_destroy(struct tk_client *c);
+
+/* The owner name the client sends (NUL-terminated, owned by the client). */
+TK_CLIENT_API const char *tk_client_owner(const struct tk_client *c);
+
+/* CLOCK_MONOTONIC in microseconds: the clock of lease_deadline_us. */
+TK_CLIENT_API uint64_t tk_client_now_us(void);
+
+/* ---- blocking calls (not from a callback) ------------------------------ */
+
+/* Acquires key for lease_ms (1000-250000), waiting at most wait_ms
+ * (0-250000; 0 = one immediate try) for its turn. Blocks until the outcome
+ * is known: at most about max(wait_ms, send_budget_min_ms) +
+ * response_grace_ms. Returns the outcome and fills *out (may be NULL). Bad
+ * arguments give INVALID with the reason, without a round trip. */
+TK_CLIENT_API enum tk_client_outcome tk_client_acquire(struct tk_client *c,
+                                                       const char *key,
+                                                       uint32_t lease_ms,
+                                                       uint32_t wait_ms,
+                                                       struct tk_client_result *out);
+
+/* Releases (key, this client's owner, token) through the release queue.
+ * RELEASED, NOT_HELD, UNCONFIRMED (at the 5 s deadline at the latest),
+ * QUEUE_FULL (at once), or INVALID (bad key or token 0). */
+TK_CLIENT_API enum tk_client_outcome tk_client_release(struct tk_client *c,
+                                                       const char *key,
+                                                       uint64_t token,
+                                                       struct tk_client_result *out);
+
+/* The committed holder of key (linearizable read): ANSWERED with held,
+ * owner, token and waiters; UNAVAILABLE if no answer came within
+ * request_timeout_ms; INVALID for a bad key. A query is a read, so it is
+ * resent on another connection if its connection dies. */
+TK_CLIENT_API enum tk_client_outcome tk_client_query(struct tk_client *c,
+                                                     const char *key,
+                                                     struct tk_client_result *out);
+
+/* One round trip: ANSWERED with rtt_us, or UNAVAILABLE. */
+TK_CLIENT_API enum tk_client_outcome tk_client_ping(struct tk_client *c,
+                                                    struct tk_client_result *out);
+
+/* Waits up to timeout_ms until at least one connection is usable (its
+ * handshake and first ping done). Returns true if one is. Not needed before
+ * requests; useful for tools and tests. */
+TK_CLIENT_API bool tk_client_wait_ready(struct tk_client *c, uint32_t timeout_ms);
+
+/* ---- asynchronous calls ------------------------------------------------ */
+
+/* Each returns TK_CLIENT_ENONE when the request was accepted: the
+ * completion callback done(arg, result) will then be called exactly once,
+ * on the I/O thread, never from inside this call. Any other return means
+ * nothing was started and done will not be called: EINVAL (bad argument),
+ * ENOMEM (requests_max reached), EFULL (release queue full), ESHUTDOWN.
+ *
+ * tk_client_acquire_async() writes a handle for tk_client_cancel() into
+ * *handle if handle is not NULL. */
+TK_CLIENT_API int tk_client_acquire_async(struct tk_client *c,
+                                          const char *key,
+                                          uint32_t lease_ms,
+                                          uint32_t wait_ms,
+                                          void (*done)(void *arg,
+                                                       const struct tk_client_result *result),
+                                          void *arg,
+                                          uint64_t *handle);
+TK_CLIENT_API int tk_client_release_async(struct tk_client *c,
+                                          const char *key,
+                                          uint64_t token,
+                                          void (*done)(void *arg,
+                                                       const struct tk_client_result *result),
+                                          void *arg);
+TK_CLIENT_API int tk_client_query_async(struct tk_client *c,
+                                        const char *key,
+                                        void (*done)(void *arg,
+                                                     const struct tk_client_result *result),
+                                        void *arg);
+TK_CLIENT_API int tk_client_ping_async(struct tk_client *c,
+                                       void (*done)(void *arg,
+                                                    const struct tk_client_result *result),
+                                       void *arg);
+
+/* Gives up an acquire. If its outcome is not decided yet, its callback runs
+ * (soon, on the I/O thread) with CANCELLED; if the request was already
+ * written, a grant that still arrives is released at once (known-token
+ * compensation). If the outcome was decided first, the cancellation changes
+ * nothing: the callback reports that outcome (and an ACQUIRED caller must
+ * release as usual). Returns ENONE if the handle named an acquire still in
+ * the client, ENOTFOUND if it is stale (the request is long finished). */
+TK_CLIENT_API int tk_client_cancel(struct tk_client *c, uint64_t handle);
+
+/* ---- introspection ----------------------------------------------------- */
+
+struct tk_client_stats {
+    uint32_t connections;       /* connection slots (configured, plus M-hinted) */
+    uint32_t connections_ready; /* handshake and first ping done */
+    uint64_t connect_attempts;  /* TCP connects started */
+    uint64_t handshakes;        /* handshakes whose server proof checked out */
+    uint64_t auth_failures;     /* "E - auth", or a wrong server proof */
+    uint64_t moved;             /* M lines received (after a checked proof) */
+    uint64_t requests_written;  /* request lines whose first byte was written */
+    uint64_t requests_in_progress;
+    uint64_t releases_queued;       /* in the release queue now */
+    uint64_t compensations;         /* late grants released */
+    uint64_t compensations_dropped; /* late grants not released: queue full */
+    uint64_t indeterminate;         /* acquires that ended INDETERMINATE */
+    char leader_hint[272];          /* the last M address ("" if none) */
+};
+TK_CLIENT_API void tk_client_stats(struct tk_client *c, struct tk_client_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

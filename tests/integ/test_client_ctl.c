@@ -1,0 +1,304 @@
+/* Goal: ticketctl keeps its contract (docs/client.md): `run` holds the lock
+ * while a command runs (mutual exclusion between concurrent runs, the
+ * token in the environment, the command's exit code passed through, the
+ * command stopped when the lease runs out), every outcome has its own exit
+ * code, and acquire/release/query/ping/status print what scripts need.
+ *
+ * Method: the real ticketctl binary against a real ticketingd, run as child
+ * processes with TICKETING_ADDR / TICKETING_SECRET_FILE; the indeterminate
+ * case goes through tk_proxy holding the server's answers. Time bounds are
+ * loose protocol deadlines only.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/support/tk_proxy.h"
+#include "tests/support/tk_test.h"
+
+#define TICKETCTL TK_BIN_DIR "/ticketctl"
+
+/* ---- fixture ---------------------------------------------------------------- */
+
+static struct tk_node node;
+static char dir[] = "/tmp/tk-ctl-XXXXXX";
+static char env_addr[64];
+static char env_secret[400];
+
+static void setup(void)
+{
+    static const char *const args[] = {"--threads", "2", NULL};
+    cr_assert_eq(tk_node_start(&node, args), 0, "ticketingd did not start");
+    cr_assert(mkdtemp(dir) != NULL);
+    snprintf(env_addr, sizeof env_addr, "TICKETING_ADDR=127.0.0.1:%u", node.port);
+    snprintf(env_secret, sizeof env_secret, "TICKETING_SECRET_FILE=%s", node.secret_file);
+}
+
+static void teardown(void)
+{
+    if (node.pid > 0)
+        tk_node_stop(&node, SIGTERM, 10000);
+    tk_node_cleanup(&node);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+struct ctl {
+    pid_t pid;
+    char out[300]; /* stdout and stderr */
+};
+
+/* Starts ticketctl with args (NULL-terminated) and the node's address and
+ * secret in the environment; "NAME=value" in env overrides, a bare "NAME"
+ * unsets. */
+static void ctl_start(struct ctl *c, const char *const *args, const char *const *env)
+{
+    static unsigned seq;
+    char *argv[64];
+    int a = 0;
+    snprintf(c->out, sizeof c->out, "%s/out-%u-%u", dir, (unsigned)getpid(), seq++);
+    argv[a++] = TICKETCTL;
+    for (int i = 0; args[i] != NULL && a < 63; i++)
+        argv[a++] = (char *)args[i];
+    argv[a] = NULL;
+    c->pid = fork();
+    cr_assert(c->pid >= 0);
+    if (c->pid == 0) {
+        int fd = open(c->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        putenv(env_addr);
+        putenv(env_secret);
+        unsetenv("TICKETING_OWNER");
+        for (int i = 0; env != NULL && env[i] != NULL; i++) {
+            if (strchr(env[i], '='))
+                putenv((char *)env[i]);
+            else
+                unsetenv(env[i]);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+}
+
+/* Waits for it; returns the exit code (or 1000 + signal, or -1 on timeout). */
+static int ctl_wait(struct ctl *c, int limit_ms)
+{
+    uint64_t end = tk_test_ms() + (uint64_t)limit_ms;
+    for (;;) {
+        int st;
+        if (waitpid(c->pid, &st, WNOHANG) == c->pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+        if (tk_test_ms() >= end) {
+            kill(c->pid, SIGKILL);
+            waitpid(c->pid, &st, 0);
+            return -1;
+        }
+        usleep(5000);
+    }
+}
+
+static char *slurp(const char *path)
+{
+    static char buf[1 << 16];
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* Runs ticketctl to completion; returns its exit code; its output in *out. */
+static int ctl(const char *const *args, const char *const *env, char **out)
+{
+    struct ctl c;
+    ctl_start(&c, args, env);
+    int code = ctl_wait(&c, 60000);
+    char *text = slurp(c.out);
+    if (out != NULL)
+        *out = text;
+    return code;
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+#define expect_exit(args, env, want)                                                       \
+    do {                                                                                   \
+        char *out_;                                                                        \
+        int got_ = ctl(args, env, &out_);                                                  \
+        cr_assert_eq(got_, (want), "exit %d, wanted %d; output:\n%s", got_, (want), out_); \
+    } while (0)
+
+/* Holds key over a plain connection (closing it does not release it). */
+static void hold(const char *key)
+{
+    static struct tk_tc t; /* 64 KiB of buffer: not on the stack */
+    char line[256];
+    cr_assert_eq(tk_tc_open(&t, node.port, TK_TEST_SECRET), 0);
+    tk_tc_send(&t, "A 1 %s someone-else 60000 0\n", key);
+    int n = tk_tc_line(&t, line, sizeof line, 5000);
+    tk_tc_close(&t);
+    cr_assert(n > 0);
+    cr_assert_eq(line[0], 'G', "got '%s'", line);
+}
+
+/* ---- run ------------------------------------------------------------------------ */
+
+TestSuite(ctl, .init = setup, .fini = teardown, .timeout = 180);
+
+Test(ctl, run_passes_the_token_and_the_exit_code_and_releases)
+{
+    char *out;
+    expect_exit(ARGS("run", "job", "--", "sh", "-c",
+                     "test \"$TICKETING_KEY\" = job && test -n \"$TICKETING_TOKEN\" && "
+                     "test -n \"$TICKETING_OWNER\" && exit 7"),
+                NULL, 7);
+    cr_assert_eq(ctl(ARGS("query", "job", "--json"), NULL, &out), 0);
+    cr_assert(strstr(out, "\"held\":false") != NULL, "not released: %s", out);
+    expect_exit(ARGS("run", "job", "sh", "-c", "kill -TERM $$"), NULL, 128 + SIGTERM);
+    expect_exit(ARGS("run", "job", "--", "/nonexistent/command"), NULL, 127);
+}
+
+Test(ctl, concurrent_runs_exclude_each_other)
+{
+    enum { RUNS = 4 };
+    char file[300], script[800];
+    struct ctl c[RUNS];
+    snprintf(file, sizeof file, "%s/log", dir);
+    snprintf(script, sizeof script,
+             "echo start $TICKETING_TOKEN >> %s; sleep 0.3; echo end $TICKETING_TOKEN >> %s", file,
+             file);
+    for (int i = 0; i < RUNS; i++)
+        ctl_start(&c[i], ARGS("run", "mutex", "--wait", "60s", "--", "sh", "-c", script), NULL);
+    for (int i = 0; i < RUNS; i++)
+        cr_assert_eq(ctl_wait(&c[i], 90000), 0, "run %d: %s", i, slurp(c[i].out));
+    /* The log must read start A, end A, start B, end B, ...: no interleaving,
+     * and tokens increasing. */
+    FILE *f = fopen(file, "r");
+    cr_assert(f);
+    char what[16];
+    unsigned long long token, open_token = 0, last = 0;
+    int lines = 0;
+    while (fscanf(f, "%15s %llu", what, &token) == 2) {
+        if (lines % 2 == 0) {
+            cr_assert_str_eq(what, "start", "line %d: two holders at once", lines);
+            cr_assert_gt(token, last, "tokens must increase");
+            open_token = token;
+        } else {
+            cr_assert_str_eq(what, "end", "line %d", lines);
+            cr_assert_eq(token, open_token, "line %d: another holder's end", lines);
+            last = token;
+        }
+        lines++;
+    }
+    fclose(f);
+    cr_assert_eq(lines, 2 * RUNS);
+}
+
+Test(ctl, run_stops_the_command_when_the_lease_runs_out)
+{
+    uint64_t t0 = tk_test_ms();
+    expect_exit(ARGS("run", "short", "--lease", "1s", "--", "sleep", "20"), NULL, 85);
+    cr_assert_lt(tk_test_ms() - t0, 5000);
+}
+
+/* ---- exit codes -------------------------------------------------------------------- */
+
+Test(ctl, outcomes_have_their_exit_codes)
+{
+    char closed[64];
+    hold("taken");
+    expect_exit(ARGS("acquire", "taken", "--wait", "0"), NULL, 80);
+    expect_exit(ARGS("run", "taken", "--wait", "0", "--", "true"), NULL, 80);
+    uint64_t t0 = tk_test_ms();
+    expect_exit(ARGS("run", "taken", "--wait", "300ms", "--", "true"), NULL, 81);
+    cr_assert_geq(tk_test_ms() - t0, 250);
+    expect_exit(ARGS("acquire", "k", "--lease", "500ms"), NULL, 84);
+    expect_exit(ARGS("acquire", "bad\001key"), NULL, 84);
+    expect_exit(ARGS("release", "k", "--token", "5", "--owner", "me"), NULL, 86);
+    snprintf(closed, sizeof closed, "--addr=127.0.0.1:%u", tk_free_port3());
+    expect_exit(ARGS(closed, "acquire", "k", "--wait", "0"), NULL, 83);
+    expect_exit(ARGS(closed, "ping", "--timeout", "300ms"), NULL, 83);
+    expect_exit(ARGS(closed, "status", "--timeout", "300ms"), NULL, 83);
+}
+
+Test(ctl, usage_errors_exit_64)
+{
+    expect_exit(ARGS("--json"), NULL, 64);
+    expect_exit(ARGS("frobnicate"), NULL, 64);
+    expect_exit(ARGS("run", "k"), NULL, 64);
+    expect_exit(ARGS("run", "k", "--"), NULL, 64);
+    expect_exit(ARGS("acquire"), NULL, 64);
+    expect_exit(ARGS("acquire", "k", "--wait", "5"), NULL, 64);
+    expect_exit(ARGS("acquire", "k", "--lease", "30x"), NULL, 64);
+    expect_exit(ARGS("acquire", "k", "--bogus", "1"), NULL, 64);
+    expect_exit(ARGS("release", "k", "--owner", "me"), NULL, 64);
+    expect_exit(ARGS("release", "k", "--token", "5"), NULL, 64);
+    expect_exit(ARGS("ping"), ARGS("TICKETING_ADDR"), 64);
+    expect_exit(ARGS("ping"), ARGS("TICKETING_SECRET_FILE"), 64);
+    expect_exit(ARGS("ping", "--secret-file", "/nonexistent"), NULL, 64);
+    expect_exit(ARGS("--help"), NULL, 0);
+}
+
+Test(ctl, unanswered_run_is_indeterminate_and_runs_nothing)
+{
+    struct tk_proxy *p = tk_proxy_start(node.port);
+    char addr[64], marker[300], script[400];
+    cr_assert(p);
+    snprintf(addr, sizeof addr, "TICKETING_ADDR=127.0.0.1:%u", tk_proxy_port(p));
+    snprintf(marker, sizeof marker, "%s/ran", dir);
+    snprintf(script, sizeof script, "touch %s", marker);
+    /* Let each connection's handshake through (server to client: the
+     * banner "TICKETING/1 <64 hex>\n", "OK <64 hex> <16 hex> <32 hex>\n" and
+     * the probe's "P 0\n"), then hold every answer. */
+    enum { BANNER = 12 + 64 + 1, OK_LINE = 3 + 64 + 1 + 16 + 1 + 32 + 1, PROBE = 4 };
+    tk_proxy_hold_after(p, UINT64_MAX, BANNER + OK_LINE + PROBE);
+    expect_exit(ARGS("run", "ind", "--wait", "0", "--grace", "300ms", "--", "sh", "-c", script),
+                ARGS(addr), 82);
+    cr_assert_neq(access(marker, F_OK), 0, "the command ran without a confirmed lock");
+    tk_proxy_stop(p);
+}
+
+/* ---- one request each ------------------------------------------------------------ */
+
+Test(ctl, acquire_query_release_in_json)
+{
+    char *out;
+    unsigned long long token = 0;
+    cr_assert_eq(ctl(ARGS("acquire", "j", "--json", "--owner", "batch-7"), NULL, &out), 0, "%s",
+                 out);
+    char *t = strstr(out, "\"token\":");
+    cr_assert(t != NULL, "%s", out);
+    cr_assert_eq(sscanf(t, "\"token\":%llu", &token), 1);
+    cr_assert(strstr(out, "\"owner\":\"batch-7\"") != NULL, "%s", out);
+    cr_assert_eq(ctl(ARGS("query", "j", "--json"), NULL, &out), 0);
+    cr_assert(strstr(out, "\"held\":true,\"owner\":\"batch-7\"") != NULL, "%s", out);
+    char tok[32];
+    snprintf(tok, sizeof tok, "%llu", token);
+    expect_exit(ARGS("release", "j", "--token", tok), ARGS("TICKETING_OWNER=batch-7"), 0);
+    cr_assert_eq(ctl(ARGS("query", "j"), NULL, &out), 0);
+    cr_assert(strstr(out, "j: free") != NULL, "%s", out);
+}
+
+Test(ctl, ping_and_status)
+{
+    char *out;
+    cr_assert_eq(ctl(ARGS("ping", "--count", "3"), NULL, &out), 0, "%s", out);
+    cr_assert(strstr(out, "pong") != NULL, "%s", out);
+    cr_assert_eq(ctl(ARGS("status"), NULL, &out), 0, "%s", out);
+    cr_assert(strstr(out, "role=") != NULL && strstr(out, "commit_index=") != NULL, "%s", out);
+    cr_assert_eq(ctl(ARGS("status", "--json"), NULL, &out), 0, "%s", out);
+    cr_assert(strstr(out, "\"ok\":true") != NULL && strstr(out, "\"role\"") != NULL, "%s", out);
+}
