@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config liburing-dev libwolfssl-dev libjemalloc-dev
-      libcriterion-dev libxxhash-dev libsqlite3-dev curl bc)
+      libcriterion-dev libxxhash-dev libsqlite3-dev curl bc postgresql python3-yaml)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
