@@ -15,7 +15,7 @@
 
 #define REQ_MAX 4096
 #define RSP_MAX (256u << 10)
-#define IO_TIMEOUT_MS 1000
+#define IO_TIMEOUT_MS 500
 
 static int admin_fd = -1;
 static pthread_t admin_thread;
@@ -132,6 +132,8 @@ static bool write_all(int fd, const char *p, size_t n)
     return true;
 }
 
+static bool head_only;
+
 static void respond(int fd, int code, const char *ctype, const char *body, size_t len)
 {
     char head[256];
@@ -143,7 +145,7 @@ static void respond(int fd, int code, const char *ctype, const char *body, size_
                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                      "Connection: close\r\n\r\n",
                      code, reason, ctype, len);
-    if (write_all(fd, head, (size_t)n))
+    if (write_all(fd, head, (size_t)n) && !head_only)
         write_all(fd, body, len);
 }
 
@@ -174,7 +176,8 @@ static void serve(struct tk_server *s, int fd, char *rsp)
     char *q = strchr(path, '?');
     if (q)
         *q = 0;
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+    head_only = strcmp(method, "HEAD") == 0;
+    if (strcmp(method, "GET") != 0 && !head_only) {
         respond(fd, 405, "text/plain", "GET only\n", 9);
         return;
     }

@@ -1,6 +1,7 @@
 /* ticketingd: parses the configuration, loads secrets, starts the worker,
  * Raft and admin threads, and stops them cleanly on SIGTERM or SIGINT. */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,11 @@ static int setup(struct tk_server *s, int argc, char **argv)
         host[sizeof(host) - 1] = 0;
         snprintf(s->advertise, sizeof(s->advertise), "%s:%u", host, s->opt.port);
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* Default: the CPUs this process may run on (affinity, e.g. a
+     * container's cpuset), not every CPU of the machine. */
+    cpu_set_t cpus;
+    long cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus)
+                                                                : sysconf(_SC_NPROCESSORS_ONLN);
     s->nworkers = s->opt.threads ? s->opt.threads : (uint32_t)(cores > 0 ? cores : 1);
     if (s->nworkers > TK_WORKERS_MAX)
         s->nworkers = TK_WORKERS_MAX;
@@ -148,9 +153,20 @@ int main(int argc, char **argv)
                "advertised as %s",
                s->opt.bind, s->opt.port, s->opt.peer_port, s->opt.admin_port, s->nworkers,
                s->opt.peers[0] ? "cluster" : "standalone", s->advertise);
-        int sig = 0;
-        sigwait(&set, &sig);
-        tk_log(TK_LOG_INFO, "signal %d: shutting down", sig);
+        /* Wait for a signal, or for a thread that could not run. */
+        struct timespec tick = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
+        for (;;) {
+            int sig = sigtimedwait(&set, NULL, &tick);
+            if (sig > 0) {
+                tk_log(TK_LOG_INFO, "signal %d: shutting down", sig);
+                break;
+            }
+            if (atomic_load(&s->failed)) {
+                tk_log(TK_LOG_ERROR, "a worker could not start; shutting down");
+                err = TK_EUNSUPPORTED;
+                break;
+            }
+        }
     }
     /* The Raft thread hands leadership over first (SIGTERM on a leader),
      * then sets stopping, which ends the workers. */

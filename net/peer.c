@@ -397,12 +397,14 @@ static void link_input(struct tk_peers *p, struct tk_plink *l)
         size_t flen = 0;
         if (tk_wire_frame_len(l->in + pos, l->in_len - pos, &flen) != TK_OK) {
             tk_log(TK_LOG_WARN, "peer frame too large or malformed; closing link");
+            p->st.frames_malformed++;
             tk_plink_close(p, l);
             break;
         }
         if (flen > (size_t)p->s->opt.max_frame_bytes + TK_WIRE_LENGTH_LEN) {
             tk_log(TK_LOG_WARN, "peer frame of %zu bytes over --max-frame-bytes; closing link",
                    flen);
+            p->st.frames_oversize++;
             tk_plink_close(p, l);
             break;
         }
@@ -411,6 +413,7 @@ static void link_input(struct tk_peers *p, struct tk_plink *l)
         struct tk_wire_frame f;
         if (tk_wire_decode(l->in + pos, flen, &f, &p->scratch) != TK_OK) {
             tk_log(TK_LOG_WARN, "malformed peer frame; closing link");
+            p->st.frames_malformed++;
             tk_plink_close(p, l);
             break;
         }
@@ -560,8 +563,10 @@ void tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
         if (l->state == L_IDLE && l->outbound && now >= l->retry_at_us)
             dial(p, l);
         else if (l->state != L_READY && l->state != L_IDLE && l->state != L_CLOSING &&
-                 now >= l->deadline_us)
+                 now >= l->deadline_us) {
+            p->st.handshake_timeouts++;
             tk_plink_close(p, l);
+        }
         if (p->links[i])
             flush_link(p, p->links[i]);
     }

@@ -90,7 +90,7 @@ struct tk_raftd {
     uint64_t peers_hash;
     struct peer_info info[TK_PEERS_MAX];
     uint64_t probe_at;
-    bool join_warned;
+    bool domain_seen; /* a peer reported membership of a domain (sticky) */
 
     /* Driver state. */
     uint64_t now;
@@ -408,13 +408,18 @@ static void maybe_bootstrap(struct tk_raftd *r)
         if (pi->id && pi->id < lowest)
             lowest = pi->id;
     }
-    if (member_seen && !r->s->opt.force_new_domain) {
-        if (!r->join_warned)
-            tk_log(TK_LOG_WARN, "a peer already belongs to a fencing domain: this fresh node "
-                                "stays out (rejoining as a learner is not built yet)");
-        r->join_warned = true;
-        return;
+    /* A fresh node that has seen an existing domain never starts a new one
+     * on its own (SPEC 10): the old domain is not recovered under a new
+     * identity by accident. Only --force-new-domain lets it bootstrap, and
+     * still only once every configured peer is fresh. */
+    if (member_seen && !r->domain_seen) {
+        r->domain_seen = true;
+        tk_log(TK_LOG_WARN, "a peer belongs to a fencing domain: this fresh node stays out "
+                            "(rejoining as a learner is not built yet)%s",
+               r->s->opt.force_new_domain ? "" : "; a new domain needs --force-new-domain");
     }
+    if (r->domain_seen && !r->s->opt.force_new_domain)
+        return;
     if (!all || lowest != r->s->node_id)
         return;
     uint64_t wall = tk_wall_us();
@@ -647,54 +652,44 @@ static void snapshot_part(struct tk_raftd *r, const struct tk_msg_snap_part *par
     r->parts[r->snap_parts++] = *part;
     if (r->snap_parts < r->s->nworkers)
         return;
-    /* Every shard cut at the same index: merge, order by token, hand over. */
+    /* Every shard cut at the same index, each part in token order: merge
+     * them into one blob in token order (restore applies in that order). */
     uint64_t count = 0;
     size_t bytes = 16;
     for (uint32_t w = 0; w < r->snap_parts; w++) {
         count += r->parts[w].count;
         bytes += r->parts[w].len;
     }
-    const uint8_t **recs = malloc(sizeof(*recs) * (count ? count : 1));
-    uint64_t *tokens = malloc(sizeof(*tokens) * (count ? count : 1));
     uint8_t *blob = malloc(bytes);
-    TK_ASSERT(recs && tokens && blob);
-    uint64_t k = 0;
-    for (uint32_t w = 0; w < r->snap_parts; w++) {
-        size_t off = 0;
-        for (uint64_t i = 0; i < r->parts[w].count; i++) {
-            struct tk_cmd c;
-            size_t used;
-            TK_ASSERT(tk_cmd_decode(r->parts[w].data + off, r->parts[w].len - off, &c, &used) ==
-                      TK_OK);
-            recs[k] = r->parts[w].data + off;
-            tokens[k] = c.token;
-            k++;
-            off += used;
-        }
-    }
-    /* Insertion into token order via an index sort. */
-    uint64_t *order = malloc(sizeof(*order) * (count ? count : 1));
-    TK_ASSERT(order != NULL);
-    for (uint64_t i = 0; i < count; i++)
-        order[i] = i;
-    /* Shell sort on tokens: no comparator context needed. */
-    for (uint64_t gap = count / 2; gap > 0; gap /= 2)
-        for (uint64_t i = gap; i < count; i++)
-            for (uint64_t j = i; j >= gap && tokens[order[j - gap]] > tokens[order[j]]; j -= gap) {
-                uint64_t t = order[j];
-                order[j] = order[j - gap];
-                order[j - gap] = t;
-            }
+    TK_ASSERT(blob != NULL);
     memcpy(blob, SNAP_MAGIC, 8);
     memcpy(blob + 8, &count, 8);
     size_t off = 16;
-    for (uint64_t i = 0; i < count; i++) {
-        struct tk_cmd c;
-        size_t used;
-        const uint8_t *rec = recs[order[i]];
-        TK_ASSERT(tk_cmd_decode(rec, bytes, &c, &used) == TK_OK);
-        memcpy(blob + off, rec, used);
-        off += used;
+    size_t pos[TK_WORKERS_MAX] = {0};
+    uint64_t last = 0;
+    for (uint64_t k = 0; k < count; k++) {
+        int best = -1;
+        uint64_t best_token = UINT64_MAX;
+        size_t best_len = 0;
+        for (uint32_t w = 0; w < r->snap_parts; w++) {
+            if (pos[w] == r->parts[w].len)
+                continue;
+            struct tk_cmd c;
+            size_t used;
+            TK_ASSERT(tk_cmd_decode(r->parts[w].data + pos[w], r->parts[w].len - pos[w], &c,
+                                    &used) == TK_OK);
+            if (c.token < best_token) {
+                best = (int)w;
+                best_token = c.token;
+                best_len = used;
+            }
+        }
+        TK_ASSERT(best >= 0);
+        TK_ASSERT(best_token > last); /* tokens are unique and parts sorted */
+        last = best_token;
+        memcpy(blob + off, r->parts[best].data + pos[best], best_len);
+        off += best_len;
+        pos[best] += best_len;
     }
     TK_ASSERT(off == bytes);
     for (uint32_t w = 0; w < r->snap_parts; w++) {
@@ -702,9 +697,6 @@ static void snapshot_part(struct tk_raftd *r, const struct tk_msg_snap_part *par
         r->parts[w].data = NULL;
     }
     r->snap_parts = 0;
-    free(recs);
-    free(tokens);
-    free(order);
     r->snap_busy = false;
     atomic_store(&r->m_last_snapshot_bytes, bytes);
     struct tk_raft_update up;
@@ -815,59 +807,74 @@ static void publish(struct tk_raftd *r)
     }
     if (off < cap)
         off += (size_t)snprintf(buf + off, cap - off, "]");
-    char *mbuf = malloc(sizeof(r->raft_metrics));
-    TK_ASSERT(mbuf != NULL);
     struct tk_peer_stats ps = {0};
     if (r->peers)
         tk_peers_stats(r->peers, &ps);
-    snprintf(mbuf, sizeof(r->raft_metrics),
-             "# TYPE ticketing_raft_term gauge\nticketing_raft_term %llu\n"
-             "# TYPE ticketing_raft_is_leader gauge\nticketing_raft_is_leader %d\n"
-             "# TYPE ticketing_raft_commit_index gauge\nticketing_raft_commit_index %llu\n"
-             "# TYPE ticketing_raft_applied_index gauge\nticketing_raft_applied_index %llu\n"
-             "# TYPE ticketing_raft_log_entries gauge\nticketing_raft_log_entries %llu\n"
-             "# TYPE ticketing_raft_log_bytes gauge\nticketing_raft_log_bytes %llu\n"
-             "# TYPE ticketing_raft_elections_total counter\n"
-             "ticketing_raft_elections_total %llu\n"
-             "# TYPE ticketing_raft_leader_changes_total counter\n"
-             "ticketing_raft_leader_changes_total %llu\n"
-             "# TYPE ticketing_raft_step_downs_total counter\n"
-             "ticketing_raft_step_downs_total %llu\n"
-             "# TYPE ticketing_raft_appends_sent_total counter\n"
-             "ticketing_raft_appends_sent_total %llu\n"
-             "# TYPE ticketing_raft_append_entries_sent_total counter\n"
-             "ticketing_raft_append_entries_sent_total %llu\n"
-             "# TYPE ticketing_raft_snapshots_taken_total counter\n"
-             "ticketing_raft_snapshots_taken_total %llu\n"
-             "# TYPE ticketing_raft_snapshots_sent_total counter\n"
-             "ticketing_raft_snapshots_sent_total %llu\n"
-             "# TYPE ticketing_raft_snapshots_installed_total counter\n"
-             "ticketing_raft_snapshots_installed_total %llu\n"
-             "# TYPE ticketing_raft_snapshot_bytes gauge\nticketing_raft_snapshot_bytes %llu\n"
-             "# TYPE ticketing_raft_entries_total counter\nticketing_raft_entries_total %llu\n"
-             "# TYPE ticketing_raft_commands_total counter\nticketing_raft_commands_total %llu\n"
-             "# TYPE ticketing_fencing_next_token gauge\nticketing_fencing_next_token %llu\n"
-             "# TYPE ticketing_peer_frames_in_total counter\n"
-             "ticketing_peer_frames_in_total %llu\n"
-             "# TYPE ticketing_peer_frames_out_total counter\n"
-             "ticketing_peer_frames_out_total %llu\n"
-             "# TYPE ticketing_peer_frames_dropped_total counter\n"
-             "ticketing_peer_frames_dropped_total %llu\n"
-             "# TYPE ticketing_peer_auth_failures_total counter\n"
-             "ticketing_peer_auth_failures_total %llu\n",
-             (unsigned long long)st.term, st.role == TK_RAFT_LEADER,
-             (unsigned long long)st.commit, (unsigned long long)st.applied,
-             (unsigned long long)st.log_entries, (unsigned long long)st.log_bytes,
-             (unsigned long long)m->elections_started, (unsigned long long)m->leader_changes,
-             (unsigned long long)m->step_downs_quorum, (unsigned long long)m->appends_sent,
-             (unsigned long long)m->entries_sent, (unsigned long long)m->snapshots_taken,
-             (unsigned long long)m->snapshots_sent, (unsigned long long)m->snapshots_installed,
-             (unsigned long long)atomic_load(&r->m_last_snapshot_bytes),
-             (unsigned long long)atomic_load(&r->m_entries),
-             (unsigned long long)atomic_load(&r->m_commands),
-             (unsigned long long)st.token_next, (unsigned long long)ps.frames_in,
-             (unsigned long long)ps.frames_out, (unsigned long long)ps.frames_dropped,
-             (unsigned long long)ps.auth_failures);
+    const struct {
+        const char *name, *type, *help;
+        uint64_t v;
+    } rows[] = {
+        {"raft_term", "gauge", "Current Raft term", st.term},
+        {"raft_is_leader", "gauge", "1 while this node is the Raft leader",
+         st.role == TK_RAFT_LEADER},
+        {"raft_serving", "gauge", "1 while this node serves clients as leader", r->leader_ready},
+        {"raft_commit_index", "gauge", "Index of the last committed log entry", st.commit},
+        {"raft_applied_index", "gauge", "Index of the last applied log entry", st.applied},
+        {"raft_log_entries", "gauge", "Log entries in memory", st.log_entries},
+        {"raft_log_entries_max", "gauge", "Bound on log entries in memory (--max-log-entries)",
+         r->s->opt.max_log_entries},
+        {"raft_log_bytes", "gauge", "Bytes of log entry data in memory", st.log_bytes},
+        {"raft_elections_total", "counter", "Elections this node started", m->elections_started},
+        {"raft_prevotes_total", "counter", "Pre-votes this node started", m->prevotes_started},
+        {"raft_leader_changes_total", "counter", "Changes of the known leader",
+         m->leader_changes},
+        {"raft_step_downs_total", "counter", "Check-quorum step-downs", m->step_downs_quorum},
+        {"raft_transfers_total", "counter", "Leadership transfers (TimeoutNow sent)",
+         m->transfers},
+        {"raft_appends_sent_total", "counter", "Append messages sent (heartbeats included)",
+         m->appends_sent},
+        {"raft_append_entries_sent_total", "counter", "Entries carried by Append messages",
+         m->entries_sent},
+        {"raft_snapshots_taken_total", "counter", "Snapshots taken", m->snapshots_taken},
+        {"raft_snapshots_sent_total", "counter", "Snapshots sent to followers",
+         m->snapshots_sent},
+        {"raft_snapshots_installed_total", "counter", "Snapshots installed",
+         m->snapshots_installed},
+        {"raft_snapshot_bytes", "gauge", "Size of the last snapshot taken",
+         atomic_load(&r->m_last_snapshot_bytes)},
+        {"raft_proposals_refused_total", "counter", "Proposals the core refused",
+         m->proposals_refused},
+        {"raft_entries_total", "counter", "Log entries proposed by this node",
+         atomic_load(&r->m_entries)},
+        {"raft_commands_total", "counter", "Lock commands applied", atomic_load(&r->m_commands)},
+        {"fencing_next_token", "gauge", "Next fencing token", st.token_next},
+        {"peer_frames_in_total", "counter", "Peer frames received", ps.frames_in},
+        {"peer_frames_out_total", "counter", "Peer frames sent", ps.frames_out},
+        {"peer_frames_dropped_total", "counter", "Peer frames dropped (link down or slow)",
+         ps.frames_dropped},
+        {"peer_frames_oversize_total", "counter", "Peer frames over --max-frame-bytes",
+         ps.frames_oversize},
+        {"peer_frames_malformed_total", "counter", "Malformed peer frames", ps.frames_malformed},
+        {"peer_frame_bytes_max", "gauge", "Bound on peer frame size (--max-frame-bytes)",
+         r->s->opt.max_frame_bytes},
+        {"peer_handshakes_total", "counter", "Peer handshakes completed", ps.handshakes},
+        {"peer_handshake_timeouts_total", "counter", "Peer links that did not finish the "
+         "handshake in time", ps.handshake_timeouts},
+        {"peer_auth_failures_total", "counter", "Failed peer handshakes", ps.auth_failures},
+        {"peer_dials_total", "counter", "Outbound peer connection attempts", ps.dials},
+    };
+    char *mbuf = malloc(sizeof(r->raft_metrics));
+    TK_ASSERT(mbuf != NULL);
+    size_t moff = 0, mcap = sizeof(r->raft_metrics);
+    for (size_t i = 0; i < TK_ARRAY_LEN(rows) && moff < mcap; i++) {
+        int n = snprintf(mbuf + moff, mcap - moff,
+                         "# HELP ticketing_%s %s.\n# TYPE ticketing_%s %s\nticketing_%s %llu\n",
+                         rows[i].name, rows[i].help, rows[i].name, rows[i].type, rows[i].name,
+                         (unsigned long long)rows[i].v);
+        if (n < 0)
+            break;
+        moff += (size_t)n;
+    }
     pthread_mutex_lock(&r->pub_mu);
     memcpy(r->status_json, buf, sizeof(r->status_json));
     r->status_json[sizeof(r->status_json) - 1] = 0;
@@ -989,12 +996,16 @@ static int parse_peers(struct tk_raftd *r)
     uint32_t port;
     if (tk_addr_split(s->advertise, host, sizeof(host), &port) != TK_OK)
         return TK_EINVAL;
-    char self[TK_ADDR_MAX];
-    snprintf(self, sizeof(self), "%.100s:%u", host, s->opt.peer_port);
+    char self[TK_ADDR_MAX + 16];
+    int n = snprintf(self, sizeof(self), "%s:%u", host, s->opt.peer_port);
+    if (n < 0 || n >= TK_ADDR_MAX) {
+        tk_log(TK_LOG_ERROR, "advertised host name too long");
+        return TK_EINVAL;
+    }
     if (!s->opt.peers[0]) {
         r->npeers = 1;
         r->self = 0;
-        snprintf(r->peer_addr[0], sizeof(r->peer_addr[0]), "%s", self);
+        memcpy(r->peer_addr[0], self, (size_t)n + 1);
         return TK_OK;
     }
     char list[sizeof(s->opt.peers)];

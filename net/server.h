@@ -147,6 +147,7 @@ struct tk_server {
 
     _Atomic int draining;            /* SIGTERM: hand leadership over, then stop */
     _Atomic int stopping;
+    _Atomic int failed;              /* a thread could not run: exit non-zero */
     _Atomic uint64_t conns;          /* client connections open (bound) */
     _Atomic uint64_t domain_lo, domain_hi; /* fencing domain, 0 until known */
     _Atomic uint64_t wstats[TK_WORKERS_MAX][TK_WSTAT_COUNT];

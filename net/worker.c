@@ -280,10 +280,51 @@ static void snapshot_cut_fn(void *ctx, const struct tk_cmd *grant)
     part->count++;
 }
 
+struct snap_rec {
+    uint64_t token;
+    size_t off, len;
+};
+
+static int snap_rec_cmp(const void *a, const void *b)
+{
+    const struct snap_rec *x = a, *y = b;
+    return x->token < y->token ? -1 : x->token > y->token;
+}
+
+/* Reorders a part's GRANT records by token, so the Raft thread only merges
+ * (the shards sort in parallel, off the Raft thread). */
+static void snapshot_sort(struct tk_msg_snap_part *part)
+{
+    if (part->count < 2)
+        return;
+    struct snap_rec *recs = malloc(sizeof(*recs) * part->count);
+    uint8_t *sorted = malloc(part->len);
+    TK_ASSERT(recs && sorted);
+    size_t off = 0;
+    for (uint64_t i = 0; i < part->count; i++) {
+        struct tk_cmd c;
+        size_t used;
+        TK_ASSERT(tk_cmd_decode(part->data + off, part->len - off, &c, &used) == TK_OK);
+        recs[i] = (struct snap_rec){c.token, off, used};
+        off += used;
+    }
+    qsort(recs, part->count, sizeof(*recs), snap_rec_cmp);
+    off = 0;
+    for (uint64_t i = 0; i < part->count; i++) {
+        TK_ASSERT(i == 0 || recs[i].token > recs[i - 1].token);
+        memcpy(sorted + off, part->data + recs[i].off, recs[i].len);
+        off += recs[i].len;
+    }
+    free(recs);
+    free(part->data);
+    part->data = sorted;
+}
+
 static void snapshot_cut(struct tk_worker *w, uint64_t index)
 {
     struct tk_msg_snap_part part = {.index = index};
     tk_lock_each_holder(w->table, snapshot_cut_fn, &part);
+    snapshot_sort(&part);
     struct tk_msg_snap_part *m = tk_outbox_put(&w->to_raft, TK_MSG_SNAP_PART, sizeof(*m));
     *m = part;
 }
@@ -513,6 +554,7 @@ static void *worker_main(void *arg)
     snprintf(name, sizeof(name), "tk-worker-%u", w->idx);
     pthread_setname_np(pthread_self(), name);
     if (setup_ring(w) != TK_OK) {
+        atomic_store(&s->failed, 1);
         atomic_store(&s->stopping, 1);
         return NULL;
     }
