@@ -90,7 +90,7 @@ struct tk_raftd {
     uint64_t peers_hash;
     struct peer_info info[TK_PEERS_MAX];
     uint64_t probe_at;
-    bool domain_seen; /* a peer reported membership of a domain (sticky) */
+    bool domain_seen; /* a peer reported membership of a domain (warned once) */
 
     /* Driver state. */
     uint64_t now;
@@ -408,18 +408,18 @@ static void maybe_bootstrap(struct tk_raftd *r)
         if (pi->id && pi->id < lowest)
             lowest = pi->id;
     }
-    /* A fresh node that has seen an existing domain never starts a new one
-     * on its own (SPEC 10): the old domain is not recovered under a new
-     * identity by accident. Only --force-new-domain lets it bootstrap, and
-     * still only once every configured peer is fresh. */
-    if (member_seen && !r->domain_seen) {
+    /* A fresh node never starts a new domain while a configured peer still
+     * belongs to one (SPEC 10): it would recover that domain's keys under a
+     * new identity. Once every member has restarted (all fresh), they
+     * bootstrap a new domain; a node that rejoins a live domain as a
+     * learner is not built yet, so it stays out meanwhile. */
+    if (member_seen) {
+        if (!r->domain_seen)
+            tk_log(TK_LOG_WARN, "a peer belongs to a fencing domain: this fresh node stays out "
+                                "(rejoining as a learner is not built yet)");
         r->domain_seen = true;
-        tk_log(TK_LOG_WARN, "a peer belongs to a fencing domain: this fresh node stays out "
-                            "(rejoining as a learner is not built yet)%s",
-               r->s->opt.force_new_domain ? "" : "; a new domain needs --force-new-domain");
-    }
-    if (r->domain_seen && !r->s->opt.force_new_domain)
         return;
+    }
     if (!all || lowest != r->s->node_id)
         return;
     uint64_t wall = tk_wall_us();
