@@ -77,13 +77,13 @@ static void auth_global_init(void)
     auth_init_rc = 0;
 }
 
-int tk_auth_nonce(char out[TK_AUTH_HEX_LEN + 1])
+int tk_auth_random(void *buf, size_t len)
 {
-    uint8_t raw[TK_AUTH_NONCE_LEN];
     struct auth_rng *r = &auth_thread_rng;
     unsigned gen;
 
-    TK_ASSERT(out != NULL);
+    TK_ASSERT(buf != NULL);
+    TK_ASSERT(len <= TK_AUTH_RANDOM_MAX);
     if (pthread_once(&auth_once, auth_global_init) != 0 || auth_init_rc != 0)
         return TK_EIO;
     gen = atomic_load_explicit(&auth_fork_gen, memory_order_relaxed);
@@ -99,11 +99,22 @@ int tk_auth_nonce(char out[TK_AUTH_HEX_LEN + 1])
             return TK_EIO;
         }
     }
-    if (wc_RNG_GenerateBlock(&r->rng, raw, sizeof raw) != 0) {
+    if (wc_RNG_GenerateBlock(&r->rng, buf, (word32)len) != 0) {
         /* A failed DRBG stays failed; start over with a fresh one next time. */
         auth_rng_release(r);
         return TK_EIO;
     }
+    return TK_OK;
+}
+
+int tk_auth_nonce(char out[TK_AUTH_HEX_LEN + 1])
+{
+    uint8_t raw[TK_AUTH_NONCE_LEN];
+
+    TK_ASSERT(out != NULL);
+    int rc = tk_auth_random(raw, sizeof raw);
+    if (rc != TK_OK)
+        return rc;
     auth_hex(raw, sizeof raw, out);
     TK_DEBUG_ASSERT(tk_auth_is_hex64(out, TK_AUTH_HEX_LEN));
     return TK_OK;

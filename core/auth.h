@@ -18,6 +18,11 @@
  * Returns TK_OK or TK_EIO if the RNG failed. */
 int tk_auth_nonce(char out[TK_AUTH_HEX_LEN + 1]);
 
+/* Fills buf with len bytes from the same CSPRNG (NodeIds, domain ids).
+ * Returns TK_OK or TK_EIO. */
+#define TK_AUTH_RANDOM_MAX 1024
+int tk_auth_random(void *buf, size_t len);
+
 /* Writes the 64-hex-char proof and a NUL:
  *   client: HMAC-SHA256(secret, "ticketing/1 client " snonce " " cnonce)
  *   server: HMAC-SHA256(secret, "ticketing/1 server " snonce " " cnonce)

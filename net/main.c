@@ -24,13 +24,11 @@ static int count_peers(const char *peers)
     return n;
 }
 
+/* A NodeId: random at every process start, never reused (SPEC 10). */
 static uint64_t random_node_id(void)
 {
-    char hex[TK_AUTH_HEX_LEN + 1];
-    TK_ASSERT(tk_auth_nonce(hex) == TK_OK);
     uint64_t v = 0;
-    for (int i = 0; i < 16; i++)
-        v = (v << 4) | (uint64_t)(hex[i] <= '9' ? hex[i] - '0' : hex[i] - 'a' + 10);
+    TK_ASSERT(tk_auth_random(&v, sizeof(v)) == TK_OK);
     return v ? v : 1;
 }
 

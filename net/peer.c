@@ -124,17 +124,23 @@ static struct tk_plink *link_new(struct tk_peers *p, bool outbound)
     return NULL;
 }
 
+/* Room for n more bytes of output. */
+static void out_reserve(struct tk_plink *l, size_t n)
+{
+    if (l->out_len + n <= l->out_cap)
+        return;
+    size_t cap = l->out_cap ? l->out_cap : 65536;
+    while (cap < l->out_len + n)
+        cap *= 2;
+    uint8_t *q = realloc(l->out, cap);
+    TK_ASSERT(q != NULL);
+    l->out = q;
+    l->out_cap = cap;
+}
+
 static void out_append(struct tk_plink *l, const void *data, size_t n)
 {
-    if (l->out_len + n > l->out_cap) {
-        size_t cap = l->out_cap ? l->out_cap : 65536;
-        while (cap < l->out_len + n)
-            cap *= 2;
-        uint8_t *q = realloc(l->out, cap);
-        TK_ASSERT(q != NULL);
-        l->out = q;
-        l->out_cap = cap;
-    }
+    out_reserve(l, n);
     memcpy(l->out + l->out_len, data, n);
     l->out_len += n;
 }
@@ -280,15 +286,7 @@ bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_
         tk_plink_close(p, l);
         return false;
     }
-    if (l->out_len + n > l->out_cap) {
-        size_t cap = l->out_cap ? l->out_cap : 65536;
-        while (cap < l->out_len + n)
-            cap *= 2;
-        uint8_t *q = realloc(l->out, cap);
-        TK_ASSERT(q != NULL);
-        l->out = q;
-        l->out_cap = cap;
-    }
+    out_reserve(l, n);
     size_t w = tk_wire_encode(f, l->out + l->out_len, l->out_cap - l->out_len);
     TK_ASSERT(w == n);
     l->out_len += n;

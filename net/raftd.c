@@ -145,11 +145,8 @@ static void hist_add(struct hist *h, const uint64_t *bounds, size_t n, uint64_t 
 
 static uint64_t random_u64(void)
 {
-    char hex[TK_AUTH_HEX_LEN + 1];
-    TK_ASSERT(tk_auth_nonce(hex) == TK_OK);
     uint64_t v = 0;
-    for (int i = 0; i < 16; i++)
-        v = (v << 4) | (uint64_t)(hex[i] <= '9' ? hex[i] - '0' : hex[i] - 'a' + 10);
+    TK_ASSERT(tk_auth_random(&v, sizeof(v)) == TK_OK);
     return v;
 }
 
