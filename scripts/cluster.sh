@@ -3,6 +3,8 @@
 #   scripts/cluster.sh start   # nodes on client ports 7400, 7410, 7420
 #   scripts/cluster.sh stop
 # State lives in .run/cluster/ (secrets, logs, pids). Expects ./build.
+# Three nodes share this machine, so each gets one worker thread; set
+# TICKETING_CLUSTER_ARGS to pass other flags to every node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=.run/cluster
@@ -36,6 +38,7 @@ for i in 0 1 2; do
   p=${ports[$i]}
   "$bin" --bind 127.0.0.1 --port "$p" --advertise "127.0.0.1:$p" --peers "$peers" \
     --client-secret-file "$dir/client.secret" --peer-secret-file "$dir/peer.secret" \
+    ${TICKETING_CLUSTER_ARGS:---threads 1} \
     > "$dir/node$i.log" 2>&1 &
   echo $! > "$dir/node$i.pid"
 done
