@@ -1,0 +1,131 @@
+/* Internals of the Raft thread, shared by net/raftd.c (the driver loop,
+ * proposals, apply, roles, reads, snapshots), net/raftd_peers.c (peer
+ * frames, probes and bootstrap) and net/raftd_status.c (/status and
+ * /metrics). Only the Raft thread touches this state, except the fields
+ * marked as published (read by the admin thread).
+ */
+#ifndef TK_NET_RAFTD_H
+#define TK_NET_RAFTD_H
+
+#include <pthread.h>
+
+#include "net/peer.h"
+#include "net/server.h"
+#include "raft/raft.h"
+
+
+#define BATCH_CMDS_MAX 4096
+#define BATCH_BYTES_MAX (4 + BATCH_CMDS_MAX * TK_CMD_ENCODED_MAX)
+#define TOKEN_EPOCH_US UINT64_C(1767225600000000) /* 2026-01-01T00:00:00Z */
+#define PROBE_PERIOD_US 250000u
+#define PROBE_FRESH_US 1500000u
+#define STATUS_PERIOD_US 100000u
+#define READ_GROUPS_MAX 1024
+#define PENDING_MAX 8192
+#define SNAP_MAGIC "TKSNAP01"
+#define DRAIN_TRANSFER_US 3000000u
+
+_Static_assert(BATCH_BYTES_MAX <= TK_RAFT_ENTRY_BYTES_MAX, "a full batch must fit one entry");
+
+struct hist {
+    _Atomic uint64_t bucket[16];
+    _Atomic uint64_t count, sum;
+};
+
+struct peer_info { /* what probes told us about a configured peer (bootstrap) */
+    uint64_t id;
+    char client_addr[TK_ADDR_MAX];
+    uint64_t peers_hash;
+    uint64_t probed_us;   /* its PROBE reached us */
+    uint64_t replied_us;  /* its PROBE_REPLY reached us */
+    bool member;          /* it belongs to a domain */
+    bool agreed;          /* it was seen fresh with our --peers: a bootstrap partner */
+};
+
+struct read_group {
+    uint64_t id;
+    uint64_t round[TK_WORKERS_MAX];
+};
+
+struct pending_entry { /* commit-latency bookkeeping of entries this leader proposed */
+    uint64_t index;
+    uint64_t proposed_us;
+};
+
+struct tk_raftd {
+    struct tk_server *s;
+    pthread_t thread;
+    struct tk_wake wake;
+    struct tk_outbox to_worker[TK_WORKERS_MAX];
+    struct tk_raft *core;
+    struct tk_peers *peers; /* NULL when standalone */
+
+    /* Membership from --peers. */
+    uint32_t npeers;
+    char peer_addr[TK_PEERS_MAX][TK_ADDR_MAX];
+    uint32_t self;
+    uint64_t peers_hash;
+    struct peer_info info[TK_PEERS_MAX];
+    uint64_t probe_at;
+    bool domain_seen; /* a peer reported membership of a domain (warned once) */
+
+    /* Driver state. */
+    uint64_t now;
+    uint64_t applied;
+    bool leader_ready;
+    uint64_t epoch;
+    uint64_t role_leader_id; /* leader announced to the workers */
+    char leader_client[TK_ADDR_MAX];
+
+    /* The batch being built. */
+    uint8_t *batch;
+    size_t batch_len;
+    uint32_t batch_cmds, batch_tokens;
+    uint64_t batch_oldest_us;
+    uint64_t batch_epoch;
+
+    /* Read barriers. */
+    uint64_t want_round[TK_WORKERS_MAX];
+    struct read_group groups[READ_GROUPS_MAX];
+    uint32_t groups_head, groups_len;
+    uint64_t next_read_id;
+
+    /* Snapshot in progress. */
+    bool snap_busy;
+    uint64_t snap_index;
+    uint32_t snap_parts;
+    struct tk_msg_snap_part parts[TK_WORKERS_MAX];
+
+    struct pending_entry pending[PENDING_MAX];
+    uint32_t pend_head, pend_len;
+
+    /* Published for the admin thread. */
+    pthread_mutex_t pub_mu;
+    char status_json[16384];
+    char raft_metrics[8192];
+    uint64_t pub_at;
+    _Atomic int ready;
+    _Atomic uint64_t m_commands, m_entries, m_last_snapshot_bytes;
+    struct hist batch_hist;
+    struct hist latency;
+};
+
+/* net/raftd.c */
+void raftd_process(struct tk_raftd *r, int rc, struct tk_raft_update *up);
+void raftd_send_role(struct tk_raftd *r, bool leader);
+uint64_t raftd_random_u64(void);
+
+/* net/raftd_peers.c */
+const struct tk_raft_member *raftd_member(struct tk_raftd *r, uint64_t id);
+void raftd_domain(struct tk_raftd *r, uint64_t *lo, uint64_t *hi);
+void raftd_send_msg(struct tk_raftd *r, const struct tk_raft_msg *m, const char *addr);
+void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f);
+void raftd_probe_peers(struct tk_raftd *r);
+int raftd_parse_peers(struct tk_raftd *r);
+
+/* net/raftd_status.c */
+enum { RAFTD_HIST_BATCH, RAFTD_HIST_LATENCY };
+void raftd_hist_add(struct tk_raftd *r, int which, uint64_t v);
+void raftd_publish(struct tk_raftd *r);
+
+#endif

@@ -1,0 +1,200 @@
+/* What the Raft thread publishes for the admin thread: the /status JSON
+ * fields, the Raft and peer metrics, and two histograms (commands per
+ * entry, time from proposal to commit). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net/raftd.h"
+
+static const uint64_t batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096};
+static const uint64_t latency_bounds_us[] = {10,   25,   50,    100,   250,   500,    1000,
+                                             2500, 5000, 10000, 25000, 50000, 100000, 1000000};
+#define NBATCH TK_ARRAY_LEN(batch_bounds)
+#define NLAT TK_ARRAY_LEN(latency_bounds_us)
+
+
+static struct hist *hist_of(struct tk_raftd *r, int which)
+{
+    return which == RAFTD_HIST_BATCH ? &r->batch_hist : &r->latency;
+}
+
+void raftd_hist_add(struct tk_raftd *r, int which, uint64_t v)
+{
+    struct hist *h = hist_of(r, which);
+    const uint64_t *bounds = which == RAFTD_HIST_BATCH ? batch_bounds : latency_bounds_us;
+    size_t n = which == RAFTD_HIST_BATCH ? NBATCH : NLAT;
+    size_t i = 0;
+    while (i < n && v > bounds[i])
+        i++;
+    atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum, v, memory_order_relaxed);
+}
+
+void raftd_publish(struct tk_raftd *r)
+{
+    struct tk_raft_status st;
+    tk_raft_status(r->core, &st);
+    const struct tk_raft_metrics *m = tk_raft_metrics(r->core);
+    const struct tk_raft_config *cfg = tk_raft_config(r->core);
+    if (cfg) {
+        atomic_store(&r->s->domain_lo, cfg->domain_lo);
+        atomic_store(&r->s->domain_hi, cfg->domain_hi);
+    }
+    bool member_here = cfg && tk_raft_config_find(cfg, r->s->node_id);
+    atomic_store(&r->ready, member_here && st.leader_id != 0);
+    char *buf = malloc(sizeof(r->status_json));
+    TK_ASSERT(buf != NULL);
+    size_t cap = sizeof(r->status_json), off = 0;
+    const struct tk_raft_member *lm = st.leader_id ? raftd_member(r, st.leader_id) : NULL;
+    off += (size_t)snprintf(
+        buf + off, cap - off,
+        "\"role\":\"%s\",\"mode\":\"%s\",\"term\":%llu,\"leader\":\"%016llx\","
+        "\"leader_addr\":\"%s\",\"serving\":%s,\"commit_index\":%llu,\"applied_index\":%llu,"
+        "\"last_index\":%llu,\"snapshot_index\":%llu,\"log_entries\":%llu,\"next_token\":%llu,"
+        "\"members\":[",
+        tk_raft_role_name(st.role), r->peers ? "cluster" : "standalone",
+        (unsigned long long)st.term, (unsigned long long)st.leader_id,
+        lm ? lm->client_addr : "", r->leader_ready ? "true" : "false",
+        (unsigned long long)st.commit, (unsigned long long)st.applied,
+        (unsigned long long)st.last_index, (unsigned long long)st.snapshot_index,
+        (unsigned long long)st.log_entries, (unsigned long long)st.token_next);
+    for (uint32_t i = 0; cfg && i < st.n_members && off < cap; i++) {
+        const struct tk_raft_member_status *ms = &st.members[i];
+        const struct tk_raft_member *mb = tk_raft_config_find(cfg, ms->id);
+        off += (size_t)snprintf(buf + off, cap - off,
+                                "%s{\"id\":\"%016llx\",\"voter\":%s,\"peer_addr\":\"%s\","
+                                "\"client_addr\":\"%s\",\"match_index\":%llu}",
+                                i ? "," : "", (unsigned long long)ms->id,
+                                ms->role == TK_RAFT_VOTER ? "true" : "false",
+                                mb ? mb->peer_addr : "", mb ? mb->client_addr : "",
+                                (unsigned long long)ms->match);
+    }
+    if (off < cap)
+        off += (size_t)snprintf(buf + off, cap - off, "]");
+    struct tk_peer_stats ps = {0};
+    if (r->peers)
+        tk_peers_stats(r->peers, &ps);
+    const struct {
+        const char *name, *type, *help;
+        uint64_t v;
+    } rows[] = {
+        {"raft_term", "gauge", "Current Raft term", st.term},
+        {"raft_is_leader", "gauge", "1 while this node is the Raft leader",
+         st.role == TK_RAFT_LEADER},
+        {"raft_serving", "gauge", "1 while this node serves clients as leader", r->leader_ready},
+        {"raft_commit_index", "gauge", "Index of the last committed log entry", st.commit},
+        {"raft_applied_index", "gauge", "Index of the last applied log entry", st.applied},
+        {"raft_log_entries", "gauge", "Log entries in memory", st.log_entries},
+        {"raft_log_entries_max", "gauge", "Bound on log entries in memory (--max-log-entries)",
+         r->s->opt.max_log_entries},
+        {"raft_log_bytes", "gauge", "Bytes of log entry data in memory", st.log_bytes},
+        {"raft_elections_total", "counter", "Elections this node started", m->elections_started},
+        {"raft_prevotes_total", "counter", "Pre-votes this node started", m->prevotes_started},
+        {"raft_leader_changes_total", "counter", "Changes of the known leader",
+         m->leader_changes},
+        {"raft_step_downs_total", "counter", "Check-quorum step-downs", m->step_downs_quorum},
+        {"raft_transfers_total", "counter", "Leadership transfers (TimeoutNow sent)",
+         m->transfers},
+        {"raft_appends_sent_total", "counter", "Append messages sent (heartbeats included)",
+         m->appends_sent},
+        {"raft_append_entries_sent_total", "counter", "Entries carried by Append messages",
+         m->entries_sent},
+        {"raft_snapshots_taken_total", "counter", "Snapshots taken", m->snapshots_taken},
+        {"raft_snapshots_sent_total", "counter", "Snapshots sent to followers",
+         m->snapshots_sent},
+        {"raft_snapshots_installed_total", "counter", "Snapshots installed",
+         m->snapshots_installed},
+        {"raft_snapshot_bytes", "gauge", "Size of the last snapshot taken",
+         atomic_load(&r->m_last_snapshot_bytes)},
+        {"raft_proposals_refused_total", "counter", "Proposals the core refused",
+         m->proposals_refused},
+        {"raft_entries_total", "counter", "Log entries proposed by this node",
+         atomic_load(&r->m_entries)},
+        {"raft_commands_total", "counter", "Lock commands applied", atomic_load(&r->m_commands)},
+        {"fencing_next_token", "gauge", "Next fencing token", st.token_next},
+        {"peer_frames_in_total", "counter", "Peer frames received", ps.frames_in},
+        {"peer_frames_out_total", "counter", "Peer frames sent", ps.frames_out},
+        {"peer_frames_dropped_total", "counter", "Peer frames dropped (link down or slow)",
+         ps.frames_dropped},
+        {"peer_frames_oversize_total", "counter", "Peer frames over --max-frame-bytes",
+         ps.frames_oversize},
+        {"peer_frames_malformed_total", "counter", "Malformed peer frames", ps.frames_malformed},
+        {"peer_frame_bytes_max", "gauge", "Bound on peer frame size (--max-frame-bytes)",
+         r->s->opt.max_frame_bytes},
+        {"peer_handshakes_total", "counter", "Peer handshakes completed", ps.handshakes},
+        {"peer_handshake_timeouts_total", "counter", "Peer links that did not finish the "
+         "handshake in time", ps.handshake_timeouts},
+        {"peer_auth_failures_total", "counter", "Failed peer handshakes", ps.auth_failures},
+        {"peer_dials_total", "counter", "Outbound peer connection attempts", ps.dials},
+    };
+    char *mbuf = malloc(sizeof(r->raft_metrics));
+    TK_ASSERT(mbuf != NULL);
+    size_t moff = 0, mcap = sizeof(r->raft_metrics);
+    for (size_t i = 0; i < TK_ARRAY_LEN(rows) && moff < mcap; i++) {
+        int n = snprintf(mbuf + moff, mcap - moff,
+                         "# HELP ticketing_%s %s.\n# TYPE ticketing_%s %s\nticketing_%s %llu\n",
+                         rows[i].name, rows[i].help, rows[i].name, rows[i].type, rows[i].name,
+                         (unsigned long long)rows[i].v);
+        if (n < 0)
+            break;
+        moff += (size_t)n;
+    }
+    pthread_mutex_lock(&r->pub_mu);
+    memcpy(r->status_json, buf, sizeof(r->status_json));
+    r->status_json[sizeof(r->status_json) - 1] = 0;
+    memcpy(r->raft_metrics, mbuf, sizeof(r->raft_metrics));
+    pthread_mutex_unlock(&r->pub_mu);
+    free(buf);
+    free(mbuf);
+    r->pub_at = r->now;
+}
+
+static size_t hist_print(char *buf, size_t cap, const char *name, const char *help,
+                         const struct hist *h, const uint64_t *bounds, size_t n, double scale)
+{
+    size_t off = 0;
+    off += (size_t)snprintf(buf + off, cap - off, "# HELP %s %s\n# TYPE %s histogram\n", name,
+                            help, name);
+    uint64_t cum = 0;
+    for (size_t i = 0; i <= n && off < cap; i++) {
+        cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
+        if (i < n)
+            off += (size_t)snprintf(buf + off, cap - off, "%s_bucket{le=\"%g\"} %llu\n", name,
+                                    (double)bounds[i] * scale, (unsigned long long)cum);
+        else
+            off += (size_t)snprintf(buf + off, cap - off, "%s_bucket{le=\"+Inf\"} %llu\n", name,
+                                    (unsigned long long)cum);
+    }
+    if (off < cap)
+        off += (size_t)snprintf(
+            buf + off, cap - off, "%s_sum %g\n%s_count %llu\n", name,
+            (double)atomic_load_explicit(&h->sum, memory_order_relaxed) * scale, name,
+            (unsigned long long)atomic_load_explicit(&h->count, memory_order_relaxed));
+    return TK_MIN(off, cap);
+}
+
+size_t tk_raftd_metrics(struct tk_server *s, char *buf, size_t cap)
+{
+    struct tk_raftd *r = s->raft;
+    pthread_mutex_lock(&r->pub_mu);
+    int n = snprintf(buf, cap, "%s", r->raft_metrics);
+    pthread_mutex_unlock(&r->pub_mu);
+    size_t off = n < 0 ? 0 : TK_MIN((size_t)n, cap);
+    off += hist_print(buf + off, cap - off, "ticketing_raft_batch_commands",
+                      "Commands per log entry.", &r->batch_hist, batch_bounds, NBATCH, 1.0);
+    off += hist_print(buf + off, cap - off, "ticketing_raft_commit_seconds",
+                      "Time from the oldest proposal of an entry to its commit.", &r->latency,
+                      latency_bounds_us, NLAT, 1e-6);
+    return off;
+}
+
+size_t tk_raftd_status(struct tk_server *s, char *buf, size_t cap)
+{
+    struct tk_raftd *r = s->raft;
+    pthread_mutex_lock(&r->pub_mu);
+    int n = snprintf(buf, cap, "%s", r->status_json);
+    pthread_mutex_unlock(&r->pub_mu);
+    return n < 0 ? 0 : TK_MIN((size_t)n, cap);
+}
