@@ -1,0 +1,261 @@
+# Helpers shared by bench/run.sh and bench/smoke.sh (sourced, not run):
+# start and stop 3-node Ticketing and etcd clusters and one Redis on
+# 127.0.0.1, find leaders, read their pids. Every process started here is
+# recorded in BENCH_PIDS; bench_cleanup (run from an EXIT trap) kills
+# exactly those and removes BENCH_TMP.
+#
+# Needs: curl, jq (for etcd's JSON status).
+
+BENCH_PIDS=()
+BENCH_TMP=${BENCH_TMP:-}
+
+bench_log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+bench_tmp_init() {
+    if [[ -z "$BENCH_TMP" ]]; then
+        BENCH_TMP=$(mktemp -d /tmp/tk-bench.XXXXXX)
+    fi
+    mkdir -p "$BENCH_TMP"
+}
+
+# True while pid is running (a zombie counts as gone).
+pid_alive() {
+    local st
+    st=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ -n "$st" && "$st" != Z ]]
+}
+
+# Servers are started with `&` and then disowned, so that bash does not
+# print a job notice when one is killed on purpose; bench_kill therefore
+# polls /proc instead of `wait`.
+bench_kill() {
+    local pid i
+    for pid in "$@"; do
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    for pid in "$@"; do
+        for ((i = 0; i < 100; i++)); do
+            pid_alive "$pid" || break
+            sleep 0.05
+        done
+    done
+    bench_forget "$@"
+}
+
+# Drops pids (already gone) from BENCH_PIDS.
+bench_forget() {
+    local keep=() p k pid
+    for p in "${BENCH_PIDS[@]}"; do
+        k=1
+        for pid in "$@"; do [[ "$p" == "$pid" ]] && k=0; done
+        [[ $k == 1 ]] && keep+=("$p")
+    done
+    BENCH_PIDS=("${keep[@]}")
+}
+
+bench_cleanup() {
+    if ((${#BENCH_PIDS[@]})); then
+        bench_kill "${BENCH_PIDS[@]}"
+    fi
+    BENCH_PIDS=()
+    if [[ -n "$BENCH_TMP" && -d "$BENCH_TMP" && -z "${BENCH_KEEP:-}" ]]; then
+        rm -rf "$BENCH_TMP"
+    fi
+    # etcd data on tmpfs
+    if [[ -n "${ETCD_SHM_DIR:-}" && -d "$ETCD_SHM_DIR" ]]; then
+        rm -rf "$ETCD_SHM_DIR"
+    fi
+}
+
+# True if nothing listens on 127.0.0.1:$1.
+port_free() {
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# A base port b such that b .. b+span-1 are all free. Ports come from below
+# the kernel's ephemeral range (ip_local_port_range), so the bench's own
+# outgoing connections can never occupy a port a server is about to bind.
+pick_base() {
+    local span=$1 base p ok tries lo=12000 hi
+    hi=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    hi=$((hi - span - 1))
+    ((hi > lo + 1000)) || hi=$((lo + 1000))
+    for tries in $(seq 1 50); do
+        base=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo)))
+        ok=1
+        for ((p = base; p < base + span; p++)); do
+            if ! port_free "$p"; then ok=0; break; fi
+        done
+        if [[ $ok == 1 ]]; then echo "$base"; return 0; fi
+    done
+    return 1
+}
+
+wait_until() { # timeout_s cmd...
+    local end=$((SECONDS + $1)); shift
+    while ((SECONDS < end)); do
+        if "$@" >/dev/null 2>&1; then return 0; fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# ---- Ticketing ---------------------------------------------------------------
+
+TK_PIDS=()
+TK_PORTS=()
+TK_ADDRS=""
+TK_SECRET=""
+
+# start_ticketing BIN_DIR THREADS [extra ticketingd args...]
+# Three nodes; node i uses client port P_i, peer P_i+1, admin P_i+2.
+start_ticketing() {
+    local bindir=$1 threads=$2; shift 2
+    local dir="$BENCH_TMP/ticketing.$RANDOM"
+    mkdir -p "$dir"
+    TK_SECRET="$dir/client.secret"
+    echo "bench-client-secret-0123456789abcdef" >"$TK_SECRET"
+    echo "bench-peer-secret-0123456789abcdef" >"$dir/peer.secret"
+    chmod 600 "$TK_SECRET" "$dir/peer.secret"
+    local base
+    base=$(pick_base 30) || { bench_log "no free ports"; return 1; }
+    TK_PORTS=("$base" $((base + 10)) $((base + 20)))
+    local peers="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 21))"
+    TK_ADDRS="127.0.0.1:${TK_PORTS[0]},127.0.0.1:${TK_PORTS[1]},127.0.0.1:${TK_PORTS[2]}"
+    TK_PIDS=()
+    local i
+    for i in 0 1 2; do
+        "$bindir/ticketingd" --bind 127.0.0.1 --port "${TK_PORTS[$i]}" \
+            --advertise "127.0.0.1:${TK_PORTS[$i]}" --peers "$peers" \
+            --client-secret-file "$TK_SECRET" --peer-secret-file "$dir/peer.secret" \
+            --threads "$threads" --log-level 1 "$@" >"$dir/node$i.log" 2>&1 &
+        TK_PIDS+=($!)
+        BENCH_PIDS+=($!)
+        disown $!
+    done
+    if ! wait_until 30 tk_leader_index; then
+        bench_log "ticketing: no leader within 30 s; logs in $dir"
+        tail -5 "$dir"/node*.log >&2
+        return 1
+    fi
+}
+
+# Index (0-2) of the node whose /status says it serves as leader.
+tk_leader_index() {
+    local i
+    for i in 0 1 2; do
+        kill -0 "${TK_PIDS[$i]}" 2>/dev/null || continue
+        if curl -s -m 1 "http://127.0.0.1:$((TK_PORTS[i] + 2))/status" | grep -q '"serving":true'; then
+            echo "$i"
+            return 0
+        fi
+    done
+    return 1
+}
+
+stop_ticketing() {
+    bench_kill "${TK_PIDS[@]}"
+    TK_PIDS=()
+}
+
+# ---- etcd ----------------------------------------------------------------------
+
+ETCD_PIDS=()
+ETCD_PORTS=()
+ETCD_ADDRS=""
+ETCD_SHM_DIR=""
+
+# start_etcd DATA_ROOT (a tmpfs or disk directory)
+start_etcd() {
+    local root=$1
+    local dir="$root/etcd.$RANDOM"
+    mkdir -p "$dir"
+    local base
+    base=$(pick_base 30) || { bench_log "no free ports"; return 1; }
+    ETCD_PORTS=("$base" $((base + 10)) $((base + 20)))
+    local cluster="e0=http://127.0.0.1:$((base + 1)),e1=http://127.0.0.1:$((base + 11)),e2=http://127.0.0.1:$((base + 21))"
+    ETCD_ADDRS="127.0.0.1:${ETCD_PORTS[0]},127.0.0.1:${ETCD_PORTS[1]},127.0.0.1:${ETCD_PORTS[2]}"
+    ETCD_PIDS=()
+    local i
+    for i in 0 1 2; do
+        etcd --name "e$i" --data-dir "$dir/e$i" \
+            --listen-client-urls "http://127.0.0.1:${ETCD_PORTS[$i]}" \
+            --advertise-client-urls "http://127.0.0.1:${ETCD_PORTS[$i]}" \
+            --listen-peer-urls "http://127.0.0.1:$((ETCD_PORTS[i] + 1))" \
+            --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORTS[i] + 1))" \
+            --initial-cluster "$cluster" --initial-cluster-token "bench-$base" \
+            --initial-cluster-state new --log-level error --logger zap \
+            --quota-backend-bytes $((8 * 1024 * 1024 * 1024)) \
+            >"$BENCH_TMP/etcd$i.$base.log" 2>&1 &
+        ETCD_PIDS+=($!)
+        BENCH_PIDS+=($!)
+        disown $!
+    done
+    ETCD_DATA="$dir"
+    if ! wait_until 30 etcd_leader_index; then
+        bench_log "etcd: no leader within 30 s"
+        tail -5 "$BENCH_TMP"/etcd*."$base".log >&2
+        return 1
+    fi
+}
+
+etcd_endpoints() {
+    echo "http://127.0.0.1:${ETCD_PORTS[0]},http://127.0.0.1:${ETCD_PORTS[1]},http://127.0.0.1:${ETCD_PORTS[2]}"
+}
+
+# Index (0-2) of the etcd leader.
+etcd_leader_index() {
+    local i st
+    for i in 0 1 2; do
+        kill -0 "${ETCD_PIDS[$i]}" 2>/dev/null || continue
+        st=$(curl -s -m 1 -X POST "http://127.0.0.1:${ETCD_PORTS[$i]}/v3/maintenance/status" -d '{}') || continue
+        if [[ -n "$st" ]] && echo "$st" | jq -e '.header.member_id == .leader' >/dev/null 2>&1; then
+            echo "$i"
+            return 0
+        fi
+    done
+    return 1
+}
+
+stop_etcd() {
+    bench_kill "${ETCD_PIDS[@]}"
+    ETCD_PIDS=()
+    [[ -n "${ETCD_DATA:-}" ]] && rm -rf "$ETCD_DATA"
+    ETCD_DATA=""
+}
+
+# ---- Redis -----------------------------------------------------------------------
+
+REDIS_PID=""
+REDIS_PORT=""
+REDIS_ADDR=""
+
+start_redis() {
+    REDIS_PORT=$(pick_base 1) || return 1
+    REDIS_ADDR="127.0.0.1:$REDIS_PORT"
+    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+        --protected-mode yes --daemonize no --dir "$BENCH_TMP" --loglevel warning \
+        --maxclients 20000 >"$BENCH_TMP/redis.log" 2>&1 &
+    REDIS_PID=$!
+    BENCH_PIDS+=($!)
+    disown $!
+    if ! wait_until 10 redis_ping; then
+        bench_log "redis: not up within 10 s"
+        tail -5 "$BENCH_TMP/redis.log" >&2
+        return 1
+    fi
+}
+
+redis_ping() {
+    exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT" || return 1
+    printf 'PING\r\n' >&3
+    local line
+    read -r -t 1 line <&3
+    exec 3>&-
+    [[ "$line" == "+PONG"* ]]
+}
+
+stop_redis() {
+    [[ -n "$REDIS_PID" ]] && bench_kill "$REDIS_PID"
+    REDIS_PID=""
+}
