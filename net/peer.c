@@ -551,7 +551,7 @@ static void flush_link(struct tk_peers *p, struct tk_plink *l)
     }
 }
 
-void tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
+unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
 {
     uint64_t now = tk_now_us();
     for (uint32_t i = 0; i < LINKS_MAX; i++) {
@@ -571,7 +571,10 @@ void tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
     struct __kernel_timespec ts = {.tv_sec = (long long)(timeout_us / 1000000u),
                                    .tv_nsec = (long long)(timeout_us % 1000000u) * 1000};
     struct io_uring_cqe *cqe = NULL;
-    io_uring_submit_and_wait_timeout(&p->ring, &cqe, 1, &ts, NULL);
+    if (timeout_us)
+        io_uring_submit_and_wait_timeout(&p->ring, &cqe, 1, &ts, NULL);
+    else
+        io_uring_submit_and_get_events(&p->ring);
     unsigned head, n = 0;
     io_uring_for_each_cqe(&p->ring, head, cqe)
     {
@@ -579,6 +582,7 @@ void tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
         n++;
     }
     io_uring_cq_advance(&p->ring, n);
+    return n;
 }
 
 int tk_peers_create(struct tk_server *s, const struct tk_peer_cb *cb, int wake_fd,

@@ -44,9 +44,10 @@ void tk_plink_close(struct tk_peers *p, struct tk_plink *l);
  * or its output bound is reached (the frame is dropped; Raft retransmits). */
 bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_frame *f);
 
-/* Waits up to timeout_us for I/O (or the wake fd), handles it, redials due
- * links and flushes queued frames. */
-void tk_peers_run(struct tk_peers *p, uint64_t timeout_us);
+/* Waits up to timeout_us (0: does not wait) for I/O or the wake fd,
+ * handles it, redials due links and flushes queued frames. Returns the
+ * number of completions handled. */
+unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us);
 
 /* Counters for /metrics. */
 struct tk_peer_stats {

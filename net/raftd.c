@@ -340,13 +340,24 @@ static void snapshot_part(struct tk_raftd *r, const struct tk_msg_snap_part *par
     raftd_process(r, rc, &up);
 }
 
-static void drain_workers(struct tk_raftd *r)
+/* True if a message waits in any worker's ring to the Raft thread. */
+static bool rings_pending(struct tk_raftd *r)
+{
+    for (uint32_t i = 0; i < r->s->nworkers; i++)
+        if (tk_ring_peek(tk_worker_outbox_to_raft(r->s, i)))
+            return true;
+    return false;
+}
+
+static unsigned drain_workers(struct tk_raftd *r)
 {
     struct tk_server *s = r->s;
+    unsigned count = 0;
     for (uint32_t i = 0; i < s->nworkers; i++) {
         struct tk_ring *ring = tk_worker_outbox_to_raft(s, i);
         const struct tk_ring_msg *m;
         while ((m = tk_ring_peek(ring)) != NULL) {
+            count++;
             if (m->kind == TK_MSG_PROPOSE) {
                 if (r->batch_cmds == BATCH_CMDS_MAX)
                     propose_batch(r);
@@ -394,6 +405,7 @@ static void drain_workers(struct tk_raftd *r)
             raftd_process(r, rc, &up);
         }
     }
+    return count;
 }
 
 static void flush_all(struct tk_raftd *r)
@@ -443,23 +455,32 @@ static void *raftd_main(void *arg)
         bootstrap_standalone(r);
     flush_all(r);
     uint64_t drain_deadline = 0;
+    bool did_work = false;
     for (;;) {
+        /* Sleep only when idle (see worker_main): while work flows the wake
+         * flag stays set and workers skip the eventfd write. */
+        bool block = !did_work;
+        if (block) {
+            tk_wake_clear(&r->wake);
+            block = !rings_pending(r);
+        }
         uint64_t deadline = TK_MIN(tk_raft_deadline(r->core), r->now + 50000u);
         if (r->peers)
             deadline = TK_MIN(deadline, r->probe_at);
-        uint64_t wait = deadline > r->now ? deadline - r->now : 0;
+        uint64_t wait = block && deadline > r->now ? deadline - r->now : 0;
+        unsigned n = 0;
         if (r->peers)
-            tk_peers_run(r->peers, wait);
+            n = tk_peers_run(r->peers, wait);
         else if (wait)
             wait_standalone(r, wait);
-        tk_wake_clear(&r->wake);
         r->now = tk_now_us();
         if (tk_raft_deadline(r->core) <= r->now) {
             struct tk_raft_update up;
             int rc = tk_raft_tick(r->core, r->now, &up);
             raftd_process(r, rc, &up);
         }
-        drain_workers(r);
+        n += drain_workers(r);
+        did_work = n != 0;
         raftd_probe_peers(r);
         if (r->now - r->pub_at >= STATUS_PERIOD_US)
             raftd_publish(r);

@@ -329,10 +329,12 @@ static void snapshot_cut(struct tk_worker *w, uint64_t index)
     *m = part;
 }
 
-static void drain_raft(struct tk_worker *w)
+static unsigned drain_raft(struct tk_worker *w)
 {
     const struct tk_ring_msg *m;
+    unsigned n = 0;
     while ((m = tk_ring_peek(&w->from_raft)) != NULL) {
+        n++;
         struct tk_cmd cmd;
         size_t used;
         switch (m->kind) {
@@ -371,11 +373,13 @@ static void drain_raft(struct tk_worker *w)
         }
         tk_ring_pop(&w->from_raft, m);
     }
+    return n;
 }
 
-static void drain_workers(struct tk_worker *w)
+static unsigned drain_workers(struct tk_worker *w)
 {
     const struct tk_ring_msg *m;
+    unsigned n = 0;
     for (uint32_t j = 0; j < w->s->nworkers; j++) {
         if (j == w->idx)
             continue;
@@ -399,8 +403,21 @@ static void drain_workers(struct tk_worker *w)
                 TK_ASSERT(!"unexpected message kind from a worker");
             }
             tk_ring_pop(r, m);
+            n++;
         }
     }
+    return n;
+}
+
+/* True if a message waits in any ring this worker reads. */
+static bool rings_pending(struct tk_worker *w)
+{
+    if (tk_ring_peek(&w->from_raft))
+        return true;
+    for (uint32_t j = 0; j < w->s->nworkers; j++)
+        if (j != w->idx && tk_ring_peek(&w->inbox[j]))
+            return true;
+    return false;
 }
 
 /* ------------------------------------------------------------------ */
@@ -562,13 +579,26 @@ static void *worker_main(void *arg)
     arm_accept(w);
     arm_wake(w);
     bool stopping = false;
+    bool did_work = false;
     for (;;) {
+        /* Sleep only when idle: after a round that did work, poll once more
+         * without blocking and leave the wake flag set, so producers skip
+         * the eventfd write while work flows. (Spinning longer before
+         * sleeping was measured worse on 2 shared cores: 3 nodes + load.) */
+        bool block = !did_work;
+        if (block) {
+            tk_wake_clear(&w->wake);
+            block = !rings_pending(w);
+        }
         uint64_t deadline = next_deadline(w);
-        uint64_t wait_us = deadline > w->now_us ? deadline - w->now_us : 0;
+        uint64_t wait_us = block && deadline > w->now_us ? deadline - w->now_us : 0;
         struct __kernel_timespec ts = {.tv_sec = (long long)(wait_us / 1000000u),
                                        .tv_nsec = (long long)(wait_us % 1000000u) * 1000};
         struct io_uring_cqe *cqe = NULL;
-        io_uring_submit_and_wait_timeout(&w->ring, &cqe, 1, wait_us ? &ts : NULL, NULL);
+        if (wait_us)
+            io_uring_submit_and_wait_timeout(&w->ring, &cqe, 1, &ts, NULL);
+        else
+            io_uring_submit_and_get_events(&w->ring);
         w->now_us = tk_now_us();
         unsigned head, n = 0;
         io_uring_for_each_cqe(&w->ring, head, cqe)
@@ -577,9 +607,9 @@ static void *worker_main(void *arg)
             n++;
         }
         io_uring_cq_advance(&w->ring, n);
-        tk_wake_clear(&w->wake);
-        drain_raft(w);
-        drain_workers(w);
+        n += drain_raft(w);
+        n += drain_workers(w);
+        did_work = n != 0;
         conn_expire_handshakes(w);
         if (tk_lock_next_deadline(w->table) <= w->now_us)
             tk_lock_tick(w->table, w->now_us, &w->sink);

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -103,8 +102,6 @@ int tk_node_spawn(struct tk_node *n, const char *const *extra_args)
     if (pid < 0)
         return -1;
     if (pid == 0) {
-        /* A test that dies (crash, TSan halt, timeout) takes its nodes along. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
         int fd = open(n->log_file, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, 2);
