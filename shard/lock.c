@@ -5,10 +5,18 @@
  * Key states on the leader: FREE (no holder; such a key is not even in the
  * index unless a proposal is in flight for it), HELD (k->token != 0) and
  * IN-FLIGHT (k->flight != 0: one proposal for the key is in the Raft log and
- * not yet applied; its requesters wait in k->grant_* / k->release_*). The
+ * not yet applied; its requesters wait in k->lead->grant_* / release_*). The
  * invariants tk_lock_check() verifies include: waiters only on a HELD or
  * IN-FLIGHT key (a free key never has waiters), deferred requests only on an
- * IN-FLIGHT key, and a lease timer for every HELD key that is not IN-FLIGHT.
+ * IN-FLIGHT key, a lease timer for every HELD key that is not IN-FLIGHT, and
+ * a lead (k->lead) exactly on the keys that are IN-FLIGHT or have waiters or
+ * deferred requests.
+ *
+ * Leads are allocated on the request paths, which may fail with TK_ENOMEM
+ * and then change nothing, and by a lease running out on an idle key in
+ * tk_lock_tick() (panics when out of memory, see lock_internal.h). Every
+ * path that may leave a key idle ends in lock_key_tidy(), which frees the
+ * lead and then the key if it holds nothing.
  */
 #include "shard/lock_internal.h"
 
@@ -75,14 +83,25 @@ static void lock_reply_busy(struct tk_lock_table *t,
     lock_reply(sink, 'B', req->client, req->id, 0);
 }
 
-/* A key that holds nothing (no holder, waiter, deferred request or proposal)
- * leaves the table. */
-static void lock_key_maybe_free(struct tk_lock_table *t, struct lock_key *k)
+static uint32_t lock_key_nwaiters(const struct lock_key *k)
 {
-    if (k->token != 0 || k->flight != 0 || k->waiters != NULL || k->deferred != NULL)
-        return;
-    TK_ASSERT(k->nwaiters == 0);
-    lock_key_free(t, k);
+    return k->lead != NULL ? k->lead->nwaiters : 0;
+}
+
+/* After a step that may leave the key idle: an idle key (nothing in flight,
+ * no waiters or deferred requests) loses its lead, and a key that then holds
+ * nothing (no holder either) leaves the table. */
+static void lock_key_tidy(struct tk_lock_table *t, struct lock_key *k)
+{
+    const struct lock_lead *l = k->lead;
+    if (l != NULL) {
+        if (k->flight != 0 || l->waiters != NULL || l->deferred != NULL)
+            return;
+        lock_lead_free(t, k);
+    }
+    TK_ASSERT(k->flight == 0); /* a key in flight always has a lead */
+    if (k->token == 0)
+        lock_key_free(t, k);
 }
 
 static bool lock_holder_is(const struct lock_key *k,
@@ -96,18 +115,21 @@ static bool lock_holder_is(const struct lock_key *k,
 
 static void lock_flight_end(struct tk_lock_table *t, struct lock_key *k)
 {
+    struct lock_lead *l = k->lead;
     TK_ASSERT(k->flight != 0);
-    TK_ASSERT(k->flight_slot < t->nflight);
-    TK_ASSERT(t->flight[k->flight_slot] == k);
+    TK_ASSERT(l != NULL);
+    TK_ASSERT(l->flight_slot < t->nflight);
+    TK_ASSERT(t->flight[l->flight_slot] == k);
     struct lock_key *last = t->flight[--t->nflight];
-    t->flight[k->flight_slot] = last;
-    last->flight_slot = k->flight_slot;
-    k->flight_slot = LOCK_NONE;
+    t->flight[l->flight_slot] = last;
+    last->lead->flight_slot = l->flight_slot;
+    l->flight_slot = LOCK_NONE;
     k->flight = 0;
 }
 
-/* Marks the key IN-FLIGHT and hands the command to the Raft side. The
- * caller has set the requesters (k->grant_*, k->release_*). */
+/* Marks the key IN-FLIGHT and hands the command to the Raft side. The key
+ * has a lead (whose room in the in-flight array was reserved with it) and
+ * the caller has set the requesters (lead->grant_*, lead->release_*). */
 static void lock_propose(struct tk_lock_table *t,
                          struct lock_key *k,
                          uint8_t type,
@@ -133,23 +155,25 @@ static void lock_propose(struct tk_lock_table *t,
         memcpy(c.owner, owner, owner_len);
     }
     TK_DEBUG_ASSERT(tk_cmd_check(&c) == TK_OK);
-    /* Room for every key was reserved when the key was created. */
-    TK_ASSERT(t->nflight < t->flight_cap);
+    /* Room for every lead was reserved when the lead was allocated. */
+    TK_ASSERT(k->lead != NULL);
+    TK_ASSERT(t->nflight < t->nleads);
+    TK_ASSERT(t->nleads <= t->flight_cap);
     k->flight = (uint8_t)(type | (expired ? LOCK_FLIGHT_EXPIRED : 0));
-    k->flight_slot = (uint32_t)t->nflight;
+    k->lead->flight_slot = (uint32_t)t->nflight;
     t->flight[t->nflight++] = k;
     sink->propose(sink->ctx, &c);
 }
 
 static void lock_waiter_remove(struct tk_lock_table *t, struct lock_req *r)
 {
-    struct lock_key *k = r->key;
+    struct lock_lead *l = r->key->lead;
     TK_ASSERT(r->type == 'A');
-    TK_ASSERT(k->nwaiters > 0);
+    TK_ASSERT(l->nwaiters > 0);
     tk_timer_remove(&t->waits, r->wait_slot);
-    lock_ring_remove(&k->waiters, r);
+    lock_ring_remove(&l->waiters, r);
     lock_client_remove(&t->clients, r);
-    k->nwaiters--;
+    l->nwaiters--;
     t->nwaiters--;
     tk_timer_trim(&t->waits, t->nwaiters);
 }
@@ -161,17 +185,19 @@ static void lock_grant_head(struct tk_lock_table *t,
                             bool expired,
                             const struct tk_lock_sink *sink)
 {
-    struct lock_req *w = k->waiters;
+    struct lock_lead *l = k->lead;
+    struct lock_req *w = l->waiters;
     TK_ASSERT(w != NULL);
     lock_waiter_remove(t, w);
-    k->grant_client = w->client;
-    k->grant_id = w->id;
+    l->grant_client = w->client;
+    l->grant_id = w->id;
     uint8_t type = k->token == 0 ? TK_CMD_GRANT : TK_CMD_HANDOFF;
     lock_propose(t, k, type, expired, w->owner, w->owner_len, w->lease_ms, sink);
     free(w);
 }
 
-/* The holder's lease ran out (its timer is already off the heap). */
+/* The holder's lease ran out (its timer is already off the heap). The key
+ * has a lead. */
 static void lock_expire(struct tk_lock_table *t,
                         struct lock_key *k,
                         const struct tk_lock_sink *sink)
@@ -179,13 +205,15 @@ static void lock_expire(struct tk_lock_table *t,
     TK_ASSERT(k->token != 0);
     TK_ASSERT(k->flight == 0);
     TK_ASSERT(k->lease_slot == TK_TIMER_NONE);
-    if (k->waiters != NULL)
+    TK_ASSERT(k->lead != NULL);
+    if (k->lead->waiters != NULL)
         lock_grant_head(t, k, true, sink);
     else
         lock_propose(t, k, TK_CMD_EXPIRE, false, NULL, 0, 0, sink);
 }
 
-/* R on a key that is not IN-FLIGHT. */
+/* R on a key that is not IN-FLIGHT; the key has a lead (a request that
+ * finds an idle key gives it one first). */
 static void lock_release_eval(struct tk_lock_table *t,
                               struct lock_key *k,
                               uint64_t client,
@@ -195,14 +223,16 @@ static void lock_release_eval(struct tk_lock_table *t,
                               uint64_t token,
                               const struct tk_lock_sink *sink)
 {
+    struct lock_lead *l = k->lead;
     TK_ASSERT(k->flight == 0);
+    TK_ASSERT(l != NULL);
     if (!lock_holder_is(k, owner, owner_len, token)) {
         lock_reply(sink, 'N', client, id, 0);
         return;
     }
-    k->release_client = client;
-    k->release_id = id;
-    if (k->waiters != NULL)
+    l->release_client = client;
+    l->release_id = id;
+    if (l->waiters != NULL)
         lock_grant_head(t, k, false, sink);
     else
         lock_propose(t, k, TK_CMD_RELEASE, false, NULL, 0, 0, sink);
@@ -218,12 +248,12 @@ static void lock_query_eval(const struct lock_key *k,
     struct tk_lock_reply r = {.type = 'Q', .client = client, .id = id};
     if (k != NULL && k->token != 0) {
         r.token = k->token;
-        r.waiters = k->nwaiters;
+        r.waiters = lock_key_nwaiters(k);
         r.owner = lock_key_owner(k);
         r.owner_len = k->owner_len;
     } else {
         /* SPEC 3: a free key has no waiters. */
-        TK_ASSERT(k == NULL || k->nwaiters == 0);
+        TK_ASSERT(k == NULL || lock_key_nwaiters(k) == 0);
     }
     sink->reply(sink->ctx, &r);
 }
@@ -253,6 +283,7 @@ static struct lock_req *lock_req_new(const struct tk_lock_req *req, struct lock_
 static int lock_defer(struct tk_lock_table *t, struct lock_key *k, const struct tk_lock_req *req)
 {
     TK_ASSERT(k->flight != 0);
+    TK_ASSERT(k->lead != NULL);
     if (t->ndeferred >= t->limits.waiters_max)
         return TK_EFULL;
     if (lock_clients_reserve(&t->clients) != TK_OK)
@@ -260,7 +291,7 @@ static int lock_defer(struct tk_lock_table *t, struct lock_key *k, const struct 
     struct lock_req *r = lock_req_new(req, k);
     if (r == NULL)
         return TK_ENOMEM;
-    lock_ring_append(&k->deferred, r);
+    lock_ring_append(&k->lead->deferred, r);
     lock_client_add(&t->clients, r);
     t->ndeferred++;
     return TK_OK;
@@ -282,8 +313,13 @@ static int lock_acquire(struct tk_lock_table *t,
         k = lock_key_new(t, hash, req->key, req->key_len, req->owner_len);
         if (k == NULL)
             return TK_ENOMEM;
-        k->grant_client = req->client;
-        k->grant_id = req->id;
+        struct lock_lead *l = lock_lead_get(t, k);
+        if (l == NULL) {
+            lock_key_free(t, k); /* nothing changed */
+            return TK_ENOMEM;
+        }
+        l->grant_client = req->client;
+        l->grant_id = req->id;
         lock_propose(t, k, TK_CMD_GRANT, false, req->owner, req->owner_len, req->lease_ms, sink);
         return TK_OK;
     }
@@ -293,7 +329,8 @@ static int lock_acquire(struct tk_lock_table *t,
         lock_reply_busy(t, req, false, sink);
         return TK_OK;
     }
-    if (k->nwaiters >= t->limits.waiters_per_key_max || t->nwaiters >= t->limits.waiters_max) {
+    if (lock_key_nwaiters(k) >= t->limits.waiters_per_key_max ||
+        t->nwaiters >= t->limits.waiters_max) {
         lock_reply_busy(t, req, true, sink);
         return TK_OK;
     }
@@ -301,11 +338,16 @@ static int lock_acquire(struct tk_lock_table *t,
         return TK_ENOMEM;
     if (lock_clients_reserve(&t->clients) != TK_OK)
         return TK_ENOMEM;
-    struct lock_req *r = lock_req_new(req, k);
-    if (r == NULL)
+    struct lock_lead *l = lock_lead_get(t, k);
+    if (l == NULL)
         return TK_ENOMEM;
-    lock_ring_append(&k->waiters, r);
-    k->nwaiters++;
+    struct lock_req *r = lock_req_new(req, k);
+    if (r == NULL) {
+        lock_key_tidy(t, k); /* a lead just given to an idle key goes again */
+        return TK_ENOMEM;
+    }
+    lock_ring_append(&l->waiters, r);
+    l->nwaiters++;
     t->nwaiters++;
     tk_timer_push(&t->waits, now_us + (uint64_t)req->wait_ms * US_PER_MS, &r->wait_slot);
     lock_client_add(&t->clients, r);
@@ -340,11 +382,15 @@ int tk_lock_request(struct tk_lock_table *t,
         case 'R':
             if (k != NULL && k->flight != 0)
                 return lock_defer(t, k, req);
-            if (k == NULL)
+            if (k == NULL || !lock_holder_is(k, req->owner, req->owner_len, req->token)) {
                 lock_reply(sink, 'N', req->client, req->id, 0);
-            else
-                lock_release_eval(t, k, req->client, req->id, req->owner, req->owner_len,
-                                  req->token, sink);
+                return TK_OK;
+            }
+            /* The release is proposed: its requester needs a lead. */
+            if (lock_lead_get(t, k) == NULL)
+                return TK_ENOMEM;
+            lock_release_eval(t, k, req->client, req->id, req->owner, req->owner_len, req->token,
+                              sink);
             return TK_OK;
         case 'Q':
             if (k != NULL && k->flight != 0)
@@ -399,14 +445,18 @@ static void lock_holder_clear(struct tk_lock_table *t, struct lock_key *k)
     t->nheld--;
 }
 
-/* After a proposal of this leader committed: the next step for the key. */
+/* After a proposal of this leader committed: the next step for the key.
+ * The key still has its lead here, so whatever it proposes next allocates
+ * nothing; lock_key_tidy() drops the lead at the end if the key went idle. */
 static void lock_advance(struct tk_lock_table *t,
                          struct lock_key *k,
                          uint64_t now_us,
                          const struct tk_lock_sink *sink)
 {
+    struct lock_lead *l = k->lead;
     TK_ASSERT(k->flight == 0);
-    if (k->token == 0 && k->waiters != NULL) {
+    TK_ASSERT(l != NULL);
+    if (k->token == 0 && l->waiters != NULL) {
         /* Never leave a FREE key with waiters: the head gets it next. */
         lock_grant_head(t, k, false, sink);
     } else if (k->token != 0 && k->lease_due_us <= now_us) {
@@ -416,9 +466,9 @@ static void lock_advance(struct tk_lock_table *t,
     }
     /* Deferred R/Q in arrival order, against the state just committed, until
      * one of them starts a new proposal (SPEC 4.5). */
-    while (k->deferred != NULL && k->flight == 0) {
-        struct lock_req *r = k->deferred;
-        lock_ring_remove(&k->deferred, r);
+    while (l->deferred != NULL && k->flight == 0) {
+        struct lock_req *r = l->deferred;
+        lock_ring_remove(&l->deferred, r);
         lock_client_remove(&t->clients, r);
         t->ndeferred--;
         if (r->type == 'R')
@@ -427,7 +477,7 @@ static void lock_advance(struct tk_lock_table *t,
             lock_query_eval(k, r->client, r->id, sink);
         free(r);
     }
-    lock_key_maybe_free(t, k);
+    lock_key_tidy(t, k);
 }
 
 /* The leader's own proposal for k committed: answer its requesters. */
@@ -437,11 +487,12 @@ static void lock_settle(struct tk_lock_table *t,
                         const struct tk_cmd *c,
                         const struct tk_lock_sink *sink)
 {
-    uint64_t rel_client = k->release_client;
-    uint64_t rel_id = k->release_id;
-    uint64_t grant_client = k->grant_client;
-    uint64_t grant_id = k->grant_id;
-    k->release_client = k->release_id = k->grant_client = k->grant_id = 0;
+    struct lock_lead *l = k->lead;
+    uint64_t rel_client = l->release_client;
+    uint64_t rel_id = l->release_id;
+    uint64_t grant_client = l->grant_client;
+    uint64_t grant_id = l->grant_id;
+    l->release_client = l->release_id = l->grant_client = l->grant_id = 0;
     lock_flight_end(t, k);
     bool released = c->type == TK_CMD_RELEASE || (c->type == TK_CMD_HANDOFF && !c->expired);
     TK_ASSERT((rel_client != 0) == released);
@@ -511,7 +562,7 @@ void tk_lock_apply(struct tk_lock_table *t,
     if (t->leader)
         lock_settle(t, k, now_us, c, sink); /* replies and the key's next step */
     else
-        lock_key_maybe_free(t, k); /* a follower's apply is silent */
+        lock_key_tidy(t, k); /* a follower's apply is silent */
 }
 
 void tk_lock_restore(struct tk_lock_table *t, uint64_t now_us, const struct tk_cmd *grant)
@@ -539,7 +590,7 @@ static void lock_wait_fire(struct tk_lock_table *t, const struct tk_lock_sink *s
     t->counters.timeouts++;
     lock_reply(sink, 'T', r->client, r->id, 0);
     free(r);
-    lock_key_maybe_free(t, k);
+    lock_key_tidy(t, k);
 }
 
 static void lock_lease_fire(struct tk_lock_table *t, const struct tk_lock_sink *sink)
@@ -548,6 +599,12 @@ static void lock_lease_fire(struct tk_lock_table *t, const struct tk_lock_sink *
     TK_ASSERT(k->token != 0);
     tk_timer_remove(&t->leases, k->lease_slot);
     if (k->flight == 0) {
+        /* The EXPIRE (or HANDOFF) puts the key in flight, which takes a
+         * lead; an idle key has none. Out of memory here cannot be answered
+         * with an error: the holder must go, and a leader that cannot
+         * propose that must stop leading (documented in lock.h). */
+        if (lock_lead_get(t, k) == NULL)
+            tk_panic(__FILE__, __LINE__, "out of memory proposing a lease expiry");
         lock_expire(t, k, sink);
         return;
     }
@@ -599,20 +656,23 @@ void tk_lock_client_closed(struct tk_lock_table *t, uint64_t client)
     do {
         struct lock_req *next = r->cnext;
         struct lock_key *k = r->key;
+        struct lock_lead *l = k->lead;
         TK_ASSERT(r->client == client);
         if (r->type == 'A') {
             tk_timer_remove(&t->waits, r->wait_slot);
-            lock_ring_remove(&k->waiters, r);
-            k->nwaiters--;
+            lock_ring_remove(&l->waiters, r);
+            l->nwaiters--;
             t->nwaiters--;
         } else {
-            lock_ring_remove(&k->deferred, r);
+            lock_ring_remove(&l->deferred, r);
             t->ndeferred--;
         }
         free(r);
         /* A key with waiters is HELD or IN-FLIGHT and one with deferred
-         * requests IN-FLIGHT: none becomes free here, but check anyway. */
-        lock_key_maybe_free(t, k);
+         * requests IN-FLIGHT, so no key becomes free here; a HELD key whose
+         * last waiter left loses its lead. A later request of this client on
+         * the same key still keeps that lead. */
+        lock_key_tidy(t, k);
         r = next;
     } while (r != head);
     tk_timer_trim(&t->waits, t->nwaiters);
@@ -622,34 +682,47 @@ void tk_lock_client_closed(struct tk_lock_table *t, uint64_t client)
 /* Drops waiters, deferred requests and proposals in flight, without replies. */
 static void lock_drop_leader_state(struct tk_lock_table *t)
 {
-    /* Every waiter has a wait timer: walk the heap instead of the keys. */
+    /* Every waiter has a wait timer: walk the heap instead of the keys. The
+     * first waiter seen of a key empties the key's queue; a key that is not
+     * in flight then has no deferred requests either and loses its lead (it
+     * is HELD, so it stays), and its other waiters find k->lead NULL. */
     for (uint32_t i = 0; i < t->waits.n; i++) {
         struct lock_req *r =
             LOCK_CONTAINER(tk_timer_slot(&t->waits, i), struct lock_req, wait_slot);
-        r->key->waiters = NULL;
-        r->key->nwaiters = 0;
+        struct lock_key *k = r->key;
         free(r);
+        struct lock_lead *l = k->lead;
+        if (l == NULL || l->waiters == NULL)
+            continue;
+        l->waiters = NULL;
+        l->nwaiters = 0;
+        if (k->flight == 0) {
+            TK_ASSERT(k->token != 0);
+            lock_lead_free(t, k);
+        }
     }
     tk_timer_clear(&t->waits);
     t->nwaiters = 0;
     /* Deferred requests exist only on keys in flight. */
     while (t->nflight > 0) {
         struct lock_key *k = t->flight[t->nflight - 1];
-        while (k->deferred != NULL) {
-            struct lock_req *r = k->deferred;
-            lock_ring_remove(&k->deferred, r);
+        struct lock_lead *l = k->lead;
+        while (l->deferred != NULL) {
+            struct lock_req *r = l->deferred;
+            lock_ring_remove(&l->deferred, r);
             free(r);
             t->ndeferred--;
         }
-        k->grant_client = k->grant_id = k->release_client = k->release_id = 0;
+        l->grant_client = l->grant_id = l->release_client = l->release_id = 0;
         lock_flight_end(t, k);
         /* The dropped proposal may have been an expiry, or the lease may
          * have come due meanwhile: put a parked lease timer back. */
         if (k->token != 0 && k->lease_slot == TK_TIMER_NONE)
             tk_timer_push(&t->leases, k->lease_due_us, &k->lease_slot);
-        lock_key_maybe_free(t, k);
+        lock_key_tidy(t, k);
     }
     TK_ASSERT(t->ndeferred == 0);
+    TK_ASSERT(t->nleads == 0);
     lock_clients_fini(&t->clients);
 }
 
@@ -661,6 +734,7 @@ void tk_lock_lead(struct tk_lock_table *t, uint64_t now_us)
     TK_ASSERT(t->nwaiters == 0);
     TK_ASSERT(t->ndeferred == 0);
     TK_ASSERT(t->nflight == 0);
+    TK_ASSERT(t->nleads == 0);
     t->leader = true;
 }
 
@@ -705,6 +779,7 @@ void tk_lock_clear(struct tk_lock_table *t)
     free(t->flight);
     t->flight = NULL;
     t->flight_cap = 0;
+    TK_ASSERT(t->nleads == 0);
     t->nheld = 0;
     t->max_token = 0;
     TK_ASSERT(t->nkeys == 0);

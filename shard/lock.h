@@ -26,8 +26,10 @@
  * Costs: lookups O(1) (hash index with incremental rehash), timers O(log n)
  * (heap), tk_lock_next_deadline() O(1), tk_lock_client_closed() O(that
  * client's requests), tk_lock_lead() O(1), tk_lock_follow() O(waiters +
- * deferred + keys in flight). Allocation: one per key and one per waiter or
- * deferred request, plus amortized growth of the index and timer arrays.
+ * deferred + keys in flight). Allocation: one per key, one per waiter or
+ * deferred request, and one per key while it has a proposal in flight,
+ * waiters or deferred requests (leader state, freed when the key goes idle),
+ * plus amortized growth of the index, timer and in-flight arrays.
  * Memory: under 200 bytes per held key beyond the key bytes (see
  * shard/lock_internal.h for the layout).
  */
@@ -159,7 +161,9 @@ void tk_lock_apply(struct tk_lock_table *t, uint64_t now_us, const struct tk_cmd
  * on a tie): waiters whose wait ran out get T; holders whose lease ran out
  * get an EXPIRE or HANDOFF proposed (or, if the key is IN-FLIGHT, nothing:
  * the proposal in flight removes that holder anyway). Does nothing on a
- * follower. The work is proportional to the timers due. */
+ * follower. The work is proportional to the timers due. Proposing an expiry
+ * for an idle key allocates its leader state (a few dozen bytes); out of
+ * memory there panics, as in tk_lock_apply(): the expiry cannot be skipped. */
 void tk_lock_tick(struct tk_lock_table *t, uint64_t now_us, const struct tk_lock_sink *sink);
 
 /* Earliest time tk_lock_tick() may have work (UINT64_MAX on a follower or

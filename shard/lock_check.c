@@ -50,13 +50,15 @@ void tk_lock_each_holder(const struct tk_lock_table *t,
 
 struct check_ctx {
     const struct tk_lock_table *t;
-    uint64_t keys, held, waiters, deferred, flight, leases;
+    uint64_t keys, held, waiters, deferred, flight, leases, leads;
 };
 
-static void check_waiters(const struct tk_lock_table *t, const struct lock_key *k)
+static uint64_t check_waiters(const struct tk_lock_table *t,
+                              const struct lock_key *k,
+                              const struct lock_lead *l)
 {
     uint64_t n = 0;
-    const struct lock_req *r = k->waiters;
+    const struct lock_req *r = l->waiters;
     if (r != NULL) {
         do {
             TK_ASSERT(r->key == k);
@@ -70,18 +72,19 @@ static void check_waiters(const struct tk_lock_table *t, const struct lock_key *
             TK_ASSERT(r->wait_slot < t->waits.n);
             TK_ASSERT(tk_timer_slot(&t->waits, r->wait_slot) == &r->wait_slot);
             n++;
-            TK_ASSERT(n <= k->nwaiters);
+            TK_ASSERT(n <= l->nwaiters);
             r = r->next;
-        } while (r != k->waiters);
+        } while (r != l->waiters);
     }
-    TK_ASSERT(n == k->nwaiters);
+    TK_ASSERT(n == l->nwaiters);
     TK_ASSERT(n <= t->limits.waiters_per_key_max);
+    return n;
 }
 
-static uint64_t check_deferred(const struct lock_key *k)
+static uint64_t check_deferred(const struct lock_key *k, const struct lock_lead *l)
 {
     uint64_t n = 0;
-    const struct lock_req *r = k->deferred;
+    const struct lock_req *r = l->deferred;
     if (r != NULL) {
         do {
             TK_ASSERT(r->key == k);
@@ -91,25 +94,29 @@ static uint64_t check_deferred(const struct lock_key *k)
             TK_ASSERT(r->wait_slot == TK_TIMER_NONE);
             n++;
             r = r->next;
-        } while (r != k->deferred);
+        } while (r != l->deferred);
     }
+    /* Deferred requests wait only behind a proposal in flight. */
+    TK_ASSERT(n == 0 || k->flight != 0);
     return n;
 }
 
-static void check_flight(const struct tk_lock_table *t, const struct lock_key *k)
+static void check_flight(const struct tk_lock_table *t,
+                         const struct lock_key *k,
+                         const struct lock_lead *l)
 {
     uint8_t type = LOCK_FLIGHT_TYPE(k->flight);
     bool expired = (k->flight & LOCK_FLIGHT_EXPIRED) != 0;
     if (k->flight == 0) {
-        TK_ASSERT(k->flight_slot == LOCK_NONE);
-        TK_ASSERT(k->grant_client == 0);
-        TK_ASSERT(k->release_client == 0);
-        TK_ASSERT(k->deferred == NULL);
+        TK_ASSERT(l->flight_slot == LOCK_NONE);
+        TK_ASSERT(l->grant_client == 0);
+        TK_ASSERT(l->release_client == 0);
+        TK_ASSERT(l->deferred == NULL);
         return;
     }
     TK_ASSERT(t->leader);
-    TK_ASSERT(k->flight_slot < t->nflight);
-    TK_ASSERT(t->flight[k->flight_slot] == k);
+    TK_ASSERT(l->flight_slot < t->nflight);
+    TK_ASSERT(t->flight[l->flight_slot] == k);
     TK_ASSERT(type >= TK_CMD_GRANT);
     TK_ASSERT(type <= TK_CMD_EXPIRE);
     TK_ASSERT(!expired || type == TK_CMD_HANDOFF);
@@ -117,8 +124,8 @@ static void check_flight(const struct tk_lock_table *t, const struct lock_key *k
     TK_ASSERT((type == TK_CMD_GRANT) == (k->token == 0));
     bool grants = type == TK_CMD_GRANT || type == TK_CMD_HANDOFF;
     bool released = type == TK_CMD_RELEASE || (type == TK_CMD_HANDOFF && !expired);
-    TK_ASSERT((k->grant_client != 0) == grants);
-    TK_ASSERT((k->release_client != 0) == released);
+    TK_ASSERT((l->grant_client != 0) == grants);
+    TK_ASSERT((l->release_client != 0) == released);
     /* A held key in flight has either its lease timer or a parked one. */
 }
 
@@ -149,19 +156,25 @@ static void check_key(void *ctx, struct lock_key *k)
         TK_ASSERT(tk_timer_slot(&t->leases, k->lease_slot) == &k->lease_slot);
         TK_ASSERT(tk_timer_due(&t->leases, k->lease_slot) == k->lease_due_us);
     }
-    check_flight(t, k);
     if (k->flight != 0)
         c->flight++;
-    check_waiters(t, k);
-    c->waiters += k->nwaiters;
-    c->deferred += check_deferred(k);
-    /* A free key never has waiters; a key holding nothing is not kept. */
-    TK_ASSERT(k->token != 0 || k->flight != 0 || k->nwaiters == 0);
+    /* A key holding nothing is not kept (so a free key has no waiters). */
     TK_ASSERT(k->token != 0 || k->flight != 0);
-    if (!t->leader) {
-        TK_ASSERT(k->waiters == NULL);
+    const struct lock_lead *l = k->lead;
+    if (l == NULL) {
+        /* Idle: nothing in flight, no waiters or deferred requests. */
         TK_ASSERT(k->flight == 0);
+        return;
     }
+    /* A lead exists only on the leader, and only while it is needed. */
+    TK_ASSERT(t->leader);
+    c->leads++;
+    check_flight(t, k, l);
+    uint64_t waiters = check_waiters(t, k, l);
+    uint64_t deferred = check_deferred(k, l);
+    TK_ASSERT(k->flight != 0 || waiters != 0 || deferred != 0);
+    c->waiters += waiters;
+    c->deferred += deferred;
 }
 
 static void check_index(const struct tk_lock_table *t)
@@ -185,7 +198,6 @@ static void check_index(const struct tk_lock_table *t)
         total += n;
     }
     TK_ASSERT(total == t->nkeys);
-    TK_ASSERT(t->nkeys <= t->flight_cap);
     TK_ASSERT(t->nkeys <= t->leases.cap);
 }
 
@@ -229,14 +241,20 @@ void tk_lock_check(const struct tk_lock_table *t)
     TK_ASSERT(c.deferred == t->ndeferred);
     TK_ASSERT(c.flight == t->nflight);
     TK_ASSERT(c.leases == t->leases.n);
+    TK_ASSERT(c.leads == t->nleads);
+    TK_ASSERT(t->nflight <= t->nleads);
+    TK_ASSERT(t->nleads <= t->flight_cap);
     TK_ASSERT(t->nwaiters <= t->limits.waiters_max);
     TK_ASSERT(t->ndeferred <= t->limits.waiters_max);
-    for (uint64_t i = 0; i < t->nflight; i++)
-        TK_ASSERT(t->flight[i]->flight_slot == i);
+    for (uint64_t i = 0; i < t->nflight; i++) {
+        TK_ASSERT(t->flight[i]->lead != NULL);
+        TK_ASSERT(t->flight[i]->lead->flight_slot == i);
+    }
     TK_ASSERT(check_clients(t) == t->nwaiters + t->ndeferred);
     if (!t->leader) {
         TK_ASSERT(t->nwaiters == 0);
         TK_ASSERT(t->ndeferred == 0);
         TK_ASSERT(t->nflight == 0);
+        TK_ASSERT(t->nleads == 0);
     }
 }

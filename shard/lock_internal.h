@@ -2,30 +2,51 @@
  *
  * Memory layout (the per-key cost is what matters at 10^6-10^7 keys):
  *
- *  - One allocation per key: struct lock_key (96 bytes on LP64) followed by
- *    the key bytes and then the holder's owner bytes, inline. The owner area
- *    has a capacity (owner_cap) rounded so that the allocation is a multiple
- *    of 16 bytes; a later holder with a longer owner reallocates the key
- *    (lock_key_fit_owner) and every pointer to it is fixed up. Leader-only
- *    fields (queues, the requesters of the proposal in flight) live in the
- *    same allocation: 48 bytes that a follower does not use, traded for no
- *    second allocation on the hot path.
+ *  - One allocation per key: struct lock_key (48 bytes on LP64, asserted
+ *    below) followed by the key bytes and then the holder's owner bytes,
+ *    inline. The owner area has a capacity (owner_cap) rounded so that the
+ *    allocation is a multiple of 16 bytes, which is also jemalloc's class
+ *    spacing up to 128 bytes: a 16-byte key with an 8-byte owner takes
+ *    48 + 24 = 72, rounded to 80, jemalloc's 80-byte class. A later holder
+ *    with a longer owner reallocates the key (lock_key_fit_owner) and every
+ *    pointer to it is fixed up.
+ *  - Leader-only state in a second allocation, struct lock_lead (56 bytes:
+ *    the waiter and deferred FIFOs, the requesters of the proposal in
+ *    flight, the waiter count, the in-flight index), that exists only while
+ *    the key has a proposal in flight, waiters or deferred requests; k->lead
+ *    is NULL otherwise, so an idle held key (the common case at scale, and
+ *    every key on a follower) pays 8 bytes for it, not 56. The price is one
+ *    malloc/free pair per proposal on an idle key.
  *  - Key index: chained hash table, 8-byte bucket heads, load factor between
  *    1/2 and 1 (incremental rehash, below), the chain link inside the key.
- *  - Lease timer: one 16-byte heap entry per held key (timer.h).
+ *  - Lease timer: one 16-byte heap entry per held key (timer.h), room
+ *    reserved when the key is created.
  *  - In flight: an array of key pointers (swap-remove) with room for every
- *    key, 8..16 bytes per key, so that marking a key in flight inside
- *    apply never allocates (the same holds for the lease heap).
- *  So a held key with an 18-byte key and an 8-byte owner costs
- *  128 (allocation, + the allocator's header) + 8..16 (bucket) + 16..32
- *  (heap) + 8..16 (in-flight room) bytes: tests/unit/test_lock_mem.c
- *  measures about 178 bytes per key with glibc malloc at 10^6 keys.
+ *    lead, reserved when the lead is allocated: 8..16 bytes per key that has
+ *    leader state, nothing for an idle key. Every key in flight has a lead,
+ *    so marking a key in flight never allocates. Inside tk_lock_apply() the
+ *    key being applied was in flight and keeps its lead until its next step
+ *    is decided, so apply allocates nothing for leader state. A lease that
+ *    runs out on an idle key (tk_lock_tick()) allocates the lead for its
+ *    EXPIRE; out of memory there panics, like out of memory in apply: the
+ *    holder must be expired and a leader that cannot propose it must go.
+ *    (So leases running out together on many idle keys cost a lead each
+ *    until their EXPIREs commit: bounded by keys_max, given back after.)
+ *  So a held idle key with an 18-byte key and a 9-byte owner costs
+ *  80 (allocation; 96 with glibc's 8-byte header) + 8..16 (bucket) + 16..32
+ *  (heap) bytes: tests/unit/test_lock_mem.c measures 121 bytes per key (103
+ *  beyond the key bytes) with glibc malloc at 10^6 keys, on a follower and
+ *  on a leader alike (it was 178 with a 96-byte struct and room for every
+ *  key in the in-flight array). In ticketingd (jemalloc) a standalone node
+ *  holding 10^6 16-byte keys grows by 170 bytes per key, 154 beyond the key:
+ *  about 106 for the table and 48 for the grant in the in-memory Raft log.
  *
  *  - One allocation per waiter or deferred request: struct lock_req (80
  *    bytes) plus the owner bytes. It sits on two rings: its key's FIFO
  *    (waiters or deferred) and its client's ring, whose head is found through
  *    an open-addressing index by client (so closing a connection costs only
- *    that client's requests). A waiter also has a 16-byte wait-heap entry.
+ *    that client's requests). A waiter also has a 16-byte wait-heap entry;
+ *    the first waiter of an idle key also brings the key's lead.
  *
  * Rings are circular and doubly linked with one head pointer: head->prev is
  * the tail, so FIFO append, pop and removal from the middle are all O(1).
@@ -44,27 +65,40 @@
 
 struct lock_req;
 
-struct lock_key {
-    struct lock_key *next;     /* hash chain */
-    uint64_t token;            /* committed holder's token; 0 = FREE */
-    uint64_t lease_due_us;     /* holder's lease deadline (apply time + lease [+ margin]) */
-    struct lock_req *waiters;  /* leader: FIFO of queued acquires */
-    struct lock_req *deferred; /* leader: R/Q waiting behind the proposal in flight */
-    uint64_t grant_client;     /* leader: who gets G when the proposal commits; 0 none */
+/* Leader-only state of a key (see above): exists iff the key has a
+ * proposal in flight (k->flight != 0), waiters or deferred requests. */
+struct lock_lead {
+    struct lock_req *waiters;  /* FIFO of queued acquires */
+    struct lock_req *deferred; /* R/Q waiting behind the proposal in flight */
+    uint64_t grant_client;     /* who gets G when the proposal commits; 0 none */
     uint64_t grant_id;
-    uint64_t release_client; /* leader: who gets R when the proposal commits; 0 none */
+    uint64_t release_client; /* who gets R when the proposal commits; 0 none */
     uint64_t release_id;
-    uint32_t hash;        /* low 32 bits of tk_hash(key) */
-    uint32_t lease_ms;    /* holder's lease */
-    uint32_t lease_slot;  /* back-index into the lease heap, LOCK_NONE if none */
-    uint32_t flight_slot; /* index in the in-flight array, LOCK_NONE if none */
     uint32_t nwaiters;    /* length of the waiters ring */
+    uint32_t flight_slot; /* index in the in-flight array, LOCK_NONE if none */
+};
+
+struct lock_key {
+    struct lock_key *next;  /* hash chain */
+    uint64_t token;         /* committed holder's token; 0 = FREE */
+    uint64_t lease_due_us;  /* holder's lease deadline (apply time + lease [+ margin]) */
+    struct lock_lead *lead; /* leader-only state, NULL while idle (always on a follower) */
+    uint32_t hash;          /* low 32 bits of tk_hash(key) */
+    uint32_t lease_ms;      /* holder's lease */
+    uint32_t lease_slot;    /* back-index into the lease heap, LOCK_NONE if none */
     uint8_t key_len;
     uint8_t owner_len; /* 0 when FREE */
     uint8_t owner_cap; /* bytes reserved for the owner after the key */
     uint8_t flight;    /* leader: enum tk_cmd_type in flight (| EXPIRED), 0 none */
     char bytes[];      /* key_len key bytes, then owner_cap owner bytes */
 };
+
+#if UINTPTR_MAX == UINT64_MAX
+/* The per-key budget above depends on these sizes; a new field should be
+ * weighed against it (an idle held key pays for every byte of lock_key). */
+_Static_assert(sizeof(struct lock_key) == 48, "struct lock_key grew: see the layout comment");
+_Static_assert(sizeof(struct lock_lead) == 56, "struct lock_lead grew: see the layout comment");
+#endif
 
 static inline const char *lock_key_owner(const struct lock_key *k)
 {
@@ -116,7 +150,8 @@ struct tk_lock_table {
     struct tk_timer_heap waits;  /* leader: every waiter */
     struct lock_key **flight;    /* leader: keys with a proposal in flight */
     uint64_t nflight;
-    uint64_t flight_cap;
+    uint64_t flight_cap; /* >= nleads: marking a key in flight never allocates */
+    uint64_t nleads;     /* keys with a struct lock_lead */
     struct lock_clients clients;
     uint64_t nheld;
     uint64_t nwaiters;
@@ -132,7 +167,7 @@ struct lock_key *lock_key_find(struct tk_lock_table *t,
                                const char *key,
                                size_t key_len);
 /* Allocates and indexes a new key with room for an owner of owner_len bytes,
- * reserving heap and in-flight room for it. NULL when out of memory. */
+ * reserving lease-heap room for it. NULL when out of memory. */
 struct lock_key *lock_key_new(struct tk_lock_table *t,
                               uint32_t hash,
                               const char *key,
@@ -141,9 +176,14 @@ struct lock_key *lock_key_new(struct tk_lock_table *t,
 /* Makes room for an owner of owner_len bytes; may move the key (returns the
  * new address, or NULL when out of memory, the key unchanged). */
 struct lock_key *lock_key_fit_owner(struct tk_lock_table *t, struct lock_key *k, size_t owner_len);
-/* Unindexes and frees a key that holds nothing (no holder, waiters,
- * deferred requests or proposal in flight). */
+/* Unindexes and frees a key that holds nothing (no holder, no lead). */
 void lock_key_free(struct tk_lock_table *t, struct lock_key *k);
+/* Gives k a lead (if it has none), with room for it in the in-flight array.
+ * Returns the lead, or NULL when out of memory (nothing changed). */
+struct lock_lead *lock_lead_get(struct tk_lock_table *t, struct lock_key *k);
+/* Frees k's lead, which must be idle (nothing in flight, no waiters or
+ * deferred requests). */
+void lock_lead_free(struct tk_lock_table *t, struct lock_key *k);
 /* Frees every key and the index (destroy and clear). */
 void lock_keys_free_all(struct tk_lock_table *t);
 void lock_keys_init(struct tk_lock_table *t);

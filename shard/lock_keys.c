@@ -163,8 +163,9 @@ static void keys_unlink(struct tk_lock_table *t, struct lock_key *k)
     tk_panic(__FILE__, __LINE__, "lock key not in the index");
 }
 
-/* Keeps the in-flight array able to hold every key, so marking a key in
- * flight never allocates (it happens inside apply, which cannot fail). */
+/* Keeps the in-flight array able to hold every key that has a lead, so
+ * marking a key in flight never allocates (it happens inside apply, which
+ * cannot fail). */
 static int keys_flight_reserve(struct tk_lock_table *t, uint64_t n)
 {
     if (n <= t->flight_cap)
@@ -180,17 +181,53 @@ static int keys_flight_reserve(struct tk_lock_table *t, uint64_t n)
     return TK_OK;
 }
 
-static void keys_trim(struct tk_lock_table *t)
+/* Halves the in-flight array once leads use under a quarter of it (halving,
+ * not shrinking to fit, so a count that hovers does not realloc back and
+ * forth). A failed shrink is ignored. */
+static void keys_flight_trim(struct tk_lock_table *t)
 {
-    tk_timer_trim(&t->leases, t->nkeys);
-    if (t->flight_cap > 64 && t->nkeys < t->flight_cap / 4) {
-        TK_ASSERT(t->nflight <= t->nkeys);
-        struct lock_key **v = realloc(t->flight, t->flight_cap / 2 * sizeof(*v));
-        if (v != NULL) {
-            t->flight = v;
-            t->flight_cap /= 2;
-        }
+    if (t->flight_cap <= 64 || t->nleads >= t->flight_cap / 4)
+        return;
+    TK_ASSERT(t->nflight <= t->nleads);
+    struct lock_key **v = realloc(t->flight, t->flight_cap / 2 * sizeof(*v));
+    if (v != NULL) {
+        t->flight = v;
+        t->flight_cap /= 2;
     }
+}
+
+struct lock_lead *lock_lead_get(struct tk_lock_table *t, struct lock_key *k)
+{
+    TK_ASSERT(t->leader);
+    if (k->lead != NULL)
+        return k->lead;
+    /* Room first, so a failure changes nothing. */
+    if (keys_flight_reserve(t, t->nleads + 1) != TK_OK)
+        return NULL;
+    struct lock_lead *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    l->flight_slot = LOCK_NONE;
+    k->lead = l;
+    t->nleads++;
+    TK_ASSERT(t->nleads <= t->flight_cap);
+    return l;
+}
+
+void lock_lead_free(struct tk_lock_table *t, struct lock_key *k)
+{
+    struct lock_lead *l = k->lead;
+    TK_ASSERT(l != NULL);
+    TK_ASSERT(k->flight == 0);
+    TK_ASSERT(l->flight_slot == LOCK_NONE);
+    TK_ASSERT(l->waiters == NULL);
+    TK_ASSERT(l->nwaiters == 0);
+    TK_ASSERT(l->deferred == NULL);
+    TK_ASSERT(t->nleads > 0);
+    free(l);
+    k->lead = NULL;
+    t->nleads--;
+    keys_flight_trim(t);
 }
 
 struct lock_key *lock_key_new(struct tk_lock_table *t,
@@ -205,8 +242,6 @@ struct lock_key *lock_key_new(struct tk_lock_table *t,
     /* Room first, so a failure changes nothing. */
     if (tk_timer_reserve(&t->leases, t->nkeys + 1) != TK_OK)
         return NULL;
-    if (keys_flight_reserve(t, t->nkeys + 1) != TK_OK)
-        return NULL;
     keys_rehash_step(t);
     keys_maybe_resize(t);
     if (t->ht[0].size == 0)
@@ -218,7 +253,6 @@ struct lock_key *lock_key_new(struct tk_lock_table *t,
     memset(k, 0, sizeof(*k));
     k->hash = hash;
     k->lease_slot = TK_TIMER_NONE;
-    k->flight_slot = LOCK_NONE;
     k->key_len = (uint8_t)key_len;
     k->owner_cap = (uint8_t)(size - sizeof(*k) - key_len);
     memcpy(k->bytes, key, key_len);
@@ -226,6 +260,25 @@ struct lock_key *lock_key_new(struct tk_lock_table *t,
     t->nkeys++;
     TK_ASSERT(k->owner_cap >= owner_len);
     return k;
+}
+
+/* Points the in-flight entry, the waiters and the deferred requests of a
+ * key with a lead at the key's new address. */
+static void keys_lead_rebind(struct tk_lock_table *t, struct lock_key *n)
+{
+    const struct lock_lead *l = n->lead;
+    if (l->flight_slot != LOCK_NONE)
+        t->flight[l->flight_slot] = n;
+    struct lock_req *r = l->waiters;
+    for (uint32_t i = 0; i < l->nwaiters; i++, r = r->next)
+        r->key = n;
+    if (l->deferred != NULL) {
+        r = l->deferred;
+        do {
+            r->key = n;
+            r = r->next;
+        } while (r != l->deferred);
+    }
 }
 
 struct lock_key *lock_key_fit_owner(struct tk_lock_table *t, struct lock_key *k, size_t owner_len)
@@ -249,18 +302,8 @@ struct lock_key *lock_key_fit_owner(struct tk_lock_table *t, struct lock_key *k,
      * costs O(waiters) at most a few times per key, as owner_cap only grows. */
     if (n->lease_slot != TK_TIMER_NONE)
         tk_timer_rebind(&t->leases, n->lease_slot, &n->lease_slot);
-    if (n->flight_slot != LOCK_NONE)
-        t->flight[n->flight_slot] = n;
-    struct lock_req *r = n->waiters;
-    for (uint32_t i = 0; i < n->nwaiters; i++, r = r->next)
-        r->key = n;
-    if (n->deferred != NULL) {
-        r = n->deferred;
-        do {
-            r->key = n;
-            r = r->next;
-        } while (r != n->deferred);
-    }
+    if (n->lead != NULL)
+        keys_lead_rebind(t, n);
     TK_ASSERT(n->owner_cap >= owner_len);
     return n;
 }
@@ -269,16 +312,14 @@ void lock_key_free(struct tk_lock_table *t, struct lock_key *k)
 {
     TK_ASSERT(k->token == 0);
     TK_ASSERT(k->flight == 0);
-    TK_ASSERT(k->waiters == NULL);
-    TK_ASSERT(k->deferred == NULL);
+    TK_ASSERT(k->lead == NULL);
     TK_ASSERT(k->lease_slot == TK_TIMER_NONE);
-    TK_ASSERT(k->flight_slot == LOCK_NONE);
     keys_unlink(t, k);
     free(k);
     t->nkeys--;
     keys_rehash_step(t);
     keys_maybe_resize(t);
-    keys_trim(t);
+    tk_timer_trim(&t->leases, t->nkeys);
 }
 
 void lock_keys_each(const struct tk_lock_table *t,
@@ -301,6 +342,7 @@ void lock_keys_each(const struct tk_lock_table *t,
 static void keys_free_one(void *ctx, struct lock_key *k)
 {
     (void)ctx;
+    TK_ASSERT(k->lead == NULL); /* leader state is dropped first */
     free(k);
 }
 
