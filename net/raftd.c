@@ -276,6 +276,18 @@ static void batch_add(struct tk_raftd *r, const uint8_t *data, uint32_t len)
     r->batch_cmds++;
 }
 
+/* The token of the GRANT at pos of a snapshot part (its length in *len),
+ * or UINT64_MAX past the end. */
+static uint64_t snapshot_head(const struct tk_msg_snap_part *part, size_t pos, size_t *len)
+{
+    if (pos == part->len)
+        return UINT64_MAX;
+    struct tk_cmd c;
+    TK_ASSERT(tk_cmd_decode(part->data + pos, part->len - pos, &c, len) == TK_OK);
+    TK_ASSERT(c.type == TK_CMD_GRANT && c.token != 0);
+    return c.token;
+}
+
 static void snapshot_part(struct tk_raftd *r, const struct tk_msg_snap_part *part)
 {
     if (!r->snap_busy || part->index != r->snap_index) {
@@ -298,31 +310,24 @@ static void snapshot_part(struct tk_raftd *r, const struct tk_msg_snap_part *par
     memcpy(blob, SNAP_MAGIC, 8);
     memcpy(blob + 8, &count, 8);
     size_t off = 16;
-    size_t pos[TK_WORKERS_MAX] = {0};
+    /* Each part's head record, decoded once per step of its part. */
+    size_t pos[TK_WORKERS_MAX] = {0}, head_len[TK_WORKERS_MAX] = {0};
+    uint64_t head_token[TK_WORKERS_MAX];
+    for (uint32_t w = 0; w < r->snap_parts; w++)
+        head_token[w] = snapshot_head(&r->parts[w], 0, &head_len[w]);
     uint64_t last = 0;
     for (uint64_t k = 0; k < count; k++) {
-        int best = -1;
-        uint64_t best_token = UINT64_MAX;
-        size_t best_len = 0;
-        for (uint32_t w = 0; w < r->snap_parts; w++) {
-            if (pos[w] == r->parts[w].len)
-                continue;
-            struct tk_cmd c;
-            size_t used;
-            TK_ASSERT(tk_cmd_decode(r->parts[w].data + pos[w], r->parts[w].len - pos[w], &c,
-                                    &used) == TK_OK);
-            if (c.token < best_token) {
-                best = (int)w;
-                best_token = c.token;
-                best_len = used;
-            }
-        }
-        TK_ASSERT(best >= 0);
-        TK_ASSERT(best_token > last); /* tokens are unique and parts sorted */
-        last = best_token;
-        memcpy(blob + off, r->parts[best].data + pos[best], best_len);
-        off += best_len;
-        pos[best] += best_len;
+        uint32_t best = 0;
+        for (uint32_t w = 1; w < r->snap_parts; w++)
+            if (head_token[w] < head_token[best])
+                best = w;
+        TK_ASSERT(head_token[best] != UINT64_MAX);
+        TK_ASSERT(head_token[best] > last); /* tokens are unique and parts sorted */
+        last = head_token[best];
+        memcpy(blob + off, r->parts[best].data + pos[best], head_len[best]);
+        off += head_len[best];
+        pos[best] += head_len[best];
+        head_token[best] = snapshot_head(&r->parts[best], pos[best], &head_len[best]);
     }
     TK_ASSERT(off == bytes);
     for (uint32_t w = 0; w < r->snap_parts; w++) {
@@ -569,7 +574,11 @@ int tk_raftd_start(struct tk_server *s)
 {
     struct tk_raftd *r = s->raft;
     for (uint32_t i = 0; i < s->nworkers; i++)
-        tk_outbox_init(&r->to_worker[i], tk_worker_inbox_from_raft(s, i), tk_worker_wake(s, i));
+        /* Committed commands wait here only while the log holds them:
+         * at most a full batch per entry in memory, plus role, read and
+         * snapshot messages. */
+        tk_outbox_init(&r->to_worker[i], tk_worker_inbox_from_raft(s, i), tk_worker_wake(s, i),
+                       (s->opt.max_log_entries + 1) * BATCH_CMDS_MAX + READ_GROUPS_MAX + 64);
     if (pthread_create(&r->thread, NULL, raftd_main, r) != 0)
         return TK_EIO;
     return TK_OK;

@@ -107,11 +107,13 @@ struct tk_ovf {
     _Alignas(8) uint8_t data[];
 };
 
-void tk_outbox_init(struct tk_outbox *o, struct tk_ring *ring, struct tk_wake *wake)
+void tk_outbox_init(struct tk_outbox *o, struct tk_ring *ring, struct tk_wake *wake,
+                    uint64_t limit)
 {
     memset(o, 0, sizeof(*o));
     o->ring = ring;
     o->wake = wake;
+    o->limit = limit;
 }
 
 void *tk_outbox_put(struct tk_outbox *o, uint32_t kind, uint32_t len)
@@ -124,6 +126,7 @@ void *tk_outbox_put(struct tk_outbox *o, uint32_t kind, uint32_t len)
         }
         o->full_count++;
     }
+    TK_ASSERT(o->queued < o->limit);
     struct tk_ovf *m = malloc(sizeof(*m) + len);
     TK_ASSERT(m != NULL);
     m->next = NULL;

@@ -59,10 +59,15 @@ struct tk_outbox {
     struct tk_wake *wake;
     struct tk_ovf *head, *tail;
     uint64_t queued;     /* messages in overflow */
+    uint64_t limit;      /* bound on queued: the producer's own bounds imply it */
     uint64_t full_count; /* times the ring was found full */
     bool touched;        /* something published since the last flush */
 };
-void tk_outbox_init(struct tk_outbox *o, struct tk_ring *ring, struct tk_wake *wake);
+/* limit: the most messages that can ever wait in overflow, derived by the
+ * producer from its own bounds (requests in flight, keys, log entries);
+ * exceeding it means a bound is broken, so it panics. */
+void tk_outbox_init(struct tk_outbox *o, struct tk_ring *ring, struct tk_wake *wake,
+                    uint64_t limit);
 /* Room for one message of len payload bytes: in the ring, or in overflow. */
 void *tk_outbox_put(struct tk_outbox *o, uint32_t kind, uint32_t len);
 /* Moves overflow into the ring as room allows, publishes, wakes the consumer. */

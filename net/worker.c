@@ -86,6 +86,9 @@ static void sink_reply(void *ctx, const struct tk_lock_reply *r)
     }
     /* A read: hold it until a barrier started after now confirms that this
      * node still led; a deposed leader must not answer from stale state. */
+    /* Bounded: every held reply answers a request in flight. */
+    TK_ASSERT(w->stat[TK_WSTAT_reads_held] <
+              (uint64_t)w->s->opt.max_connections * w->s->opt.max_inflight);
     struct held_reply *h = malloc(sizeof(*h));
     TK_ASSERT(h != NULL);
     h->next = NULL;
@@ -138,7 +141,6 @@ static void request_barrier(struct tk_worker *w)
         return;
     uint64_t *p = tk_outbox_put(&w->to_raft, TK_MSG_READ, sizeof(uint64_t));
     *p = w->read_round;
-    w->read_requested = w->read_round;
     w->read_round++;
     w->stat[TK_WSTAT_read_barriers]++;
 }
@@ -202,6 +204,8 @@ static void forwarded_request(struct tk_worker *w, const struct tk_msg_req *q, u
 {
     if (q->epoch > w->epoch) {
         /* The sender already took a ROLE message we have not read yet. */
+        TK_ASSERT(w->nearly < (uint64_t)w->s->opt.max_connections * w->s->opt.max_inflight);
+        w->nearly++;
         struct early_req *e = malloc(sizeof(*e) + len);
         TK_ASSERT(e != NULL);
         e->next = NULL;
@@ -232,6 +236,7 @@ static void replay_early(struct tk_worker *w)
 {
     struct early_req *e = w->early_head;
     w->early_head = w->early_tail = NULL;
+    w->nearly = 0;
     while (e) {
         struct early_req *next = e->next;
         forwarded_request(w, (const struct tk_msg_req *)e->msg, e->len);
@@ -678,11 +683,18 @@ int tk_worker_create(struct tk_server *s, uint32_t idx)
 int tk_worker_start(struct tk_server *s, uint32_t idx)
 {
     struct tk_worker *w = s->workers[idx];
-    /* Outboxes point at the inboxes of the others, which all exist now. */
+    /* Outboxes point at the inboxes of the others, which all exist now.
+     * Bounds: to another worker, each request in flight is at most one
+     * forwarded request or one reply, plus one close per connection; to
+     * the Raft thread, one proposal per key in flight (one per key of the
+     * shard) plus one read barrier per round and one snapshot part. */
+    uint64_t requests = (uint64_t)s->opt.max_connections * s->opt.max_inflight;
     for (uint32_t j = 0; j < s->nworkers; j++)
         if (j != idx)
-            tk_outbox_init(&w->to_worker[j], &s->workers[j]->inbox[idx], &s->workers[j]->wake);
-    tk_outbox_init(&w->to_raft, &w->to_raft_ring, tk_raftd_wake(s));
+            tk_outbox_init(&w->to_worker[j], &s->workers[j]->inbox[idx], &s->workers[j]->wake,
+                           2 * requests + s->opt.max_connections);
+    tk_outbox_init(&w->to_raft, &w->to_raft_ring, tk_raftd_wake(s),
+                   s->opt.max_keys + requests + 2);
     w->listen_fd = tk_listen(s->opt.bind, s->opt.port, true);
     if (w->listen_fd < 0) {
         tk_log(TK_LOG_ERROR, "cannot listen on %s:%u: %s", s->opt.bind, s->opt.port,

@@ -107,8 +107,8 @@ struct tk_worker {
 
     struct held_reply *held_head, *held_tail;
     uint64_t read_round;      /* tag of replies held in the current round */
-    uint64_t read_requested;  /* last round a barrier was asked for */
     struct early_req *early_head, *early_tail;
+    uint64_t nearly; /* bounded by the requests in flight on all connections */
 
     uint64_t now_us;
     uint64_t stats_at;

@@ -26,7 +26,7 @@ static void *producer(void *arg)
 {
     (void)arg;
     struct tk_outbox ob;
-    tk_outbox_init(&ob, &ring, &wake);
+    tk_outbox_init(&ob, &ring, &wake, COUNT);
     for (uint64_t i = 0; i < COUNT; i++) {
         uint32_t len = msg_len(i);
         uint8_t *p = tk_outbox_put(&ob, 1, len);
