@@ -42,7 +42,9 @@ static const struct opt opts[] = {
     {"election-ms", OPT_U32, O(election_ms), 0, 10, 60000,
      "Raft election timeout, drawn in [ms, ms+100] (default 2400)"},
     {"force-new-domain", OPT_BOOL, O(force_new_domain), 0, 0, 1,
-     "bootstrap a new fencing domain even if a peer belongs to one"},
+     "when a majority of members lost their state, start a new fencing domain"},
+    {"new-domain-hold-ms", OPT_U32, O(new_domain_hold_ms), 0, 0, 3600000,
+     "a forced new domain grants nothing this long (default 250000, the longest lease)"},
     {"log-level", OPT_U32, O(log_level), 0, 0, 3, "0 error, 1 warn, 2 info, 3 debug (default 2)"},
     {"max-connections", OPT_U32, O(max_connections), 0, 1, 1000000,
      "client connections (default 10000)"},
@@ -71,6 +73,7 @@ static void defaults(struct tk_options *o)
     o->port = 7400;
     o->heartbeat_ms = 100;
     o->election_ms = 2400;
+    o->new_domain_hold_ms = 250000;
     o->log_level = 2;
     o->max_connections = 10000;
     o->max_inflight = 4096;

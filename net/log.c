@@ -22,6 +22,16 @@ void tk_log_init(int level, uint64_t node_id)
     log_node = node_id;
 }
 
+const char *tk_wall_str(uint64_t wall_us, char *buf, size_t cap)
+{
+    time_t sec = (time_t)(wall_us / 1000000u);
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    return buf;
+}
+
 void tk_log(int level, const char *fmt, ...)
 {
     if (level > log_level)

@@ -159,6 +159,10 @@ int main(int argc, char **argv)
                 tk_log(TK_LOG_INFO, "signal %d: shutting down", sig);
                 break;
             }
+            if (atomic_load(&s->removed)) {
+                err = TK_EINVAL;
+                break;
+            }
             if (atomic_load(&s->failed)) {
                 tk_log(TK_LOG_ERROR, "a worker could not start; shutting down");
                 err = TK_EUNSUPPORTED;
@@ -180,5 +184,7 @@ int main(int argc, char **argv)
         tk_worker_destroy(s, i);
     tk_raftd_destroy(s);
     tk_log(TK_LOG_INFO, "stopped");
+    if (atomic_load(&s->removed))
+        return 3; /* replaced or removed: a restart rejoins under a new NodeId */
     return err == TK_OK ? 0 : 1;
 }

@@ -114,8 +114,12 @@ static void update_roles(struct tk_raftd *r, const struct tk_raft_update *up)
     if (up->role == TK_RAFT_LEADER) {
         struct tk_raft_status st;
         tk_raft_status(r->core, &st);
-        if (!r->leader_ready && r->applied >= st.term_start_index && st.term_start_index &&
-            r->applied >= up->commit) {
+        /* A forced new domain serves nothing until the lost domain's
+         * leases have run out (SPEC 10, --new-domain-hold-ms). */
+        const struct tk_raft_config *c = tk_raft_config(r->core);
+        bool held = c && c->serve_after_us > tk_wall_us();
+        if (!r->leader_ready && !held && r->applied >= st.term_start_index &&
+            st.term_start_index && r->applied >= up->commit) {
             r->leader_ready = true;
             snprintf(r->leader_client, sizeof(r->leader_client), "%s", r->s->advertise);
             r->role_leader_id = r->s->node_id;
@@ -487,6 +491,7 @@ static void *raftd_main(void *arg)
         n += drain_workers(r);
         did_work = n != 0;
         raftd_probe_peers(r);
+        raftd_members_step(r);
         if (r->now - r->pub_at >= STATUS_PERIOD_US)
             raftd_publish(r);
         flush_all(r);
@@ -557,7 +562,9 @@ int tk_raftd_create(struct tk_server *s)
     r->core = tk_raft_create(&o);
     if (!r->core)
         return TK_ENOMEM;
+    r->join_reply = 0xff;
     if (s->opt.peers[0]) {
+        r->membership = RAFTD_BOOTSTRAPPING;
         struct tk_peer_cb cb = {.frame = raftd_on_frame, .ctx = r};
         rc = tk_peers_create(s, &cb, r->wake.fd, &r->peers);
         if (rc != TK_OK)

@@ -40,6 +40,9 @@ struct peer_info { /* what probes told us about a configured peer (bootstrap) */
     uint64_t replied_us;  /* its PROBE_REPLY reached us */
     bool member;          /* it belongs to a domain */
     bool agreed;          /* it was seen fresh with our --peers: a bootstrap partner */
+    bool forced;          /* its PROBE says --force-new-domain */
+    bool leader_known;    /* its last PROBE_REPLY named a leader */
+    uint64_t token_next;  /* its fencing counter, from its last PROBE_REPLY */
 };
 
 struct read_group {
@@ -68,6 +71,18 @@ struct tk_raftd {
     struct peer_info info[TK_PEERS_MAX];
     uint64_t probe_at;
     bool domain_seen; /* a peer reported membership of a domain (warned once) */
+
+    /* Joining a live domain as a fresh NodeId (SPEC 10). */
+    uint64_t join_leader_id;               /* whom to ask; 0: no leader known */
+    char join_leader_addr[TK_ADDR_MAX];    /* its peer address */
+    uint64_t join_domain_lo, join_domain_hi; /* the domain we join (0,0: none seen) */
+    uint64_t leader_heard_us;              /* last Append/Snapshot from a leader */
+    uint8_t join_reply;                    /* last JoinReply status, 0xff: none */
+    uint8_t membership;                    /* enum raftd_membership, published */
+    bool removed;                          /* the leader says we are not a member */
+    char note[256];                        /* why we are where we are (/status) */
+    uint64_t members_at;                   /* leader: next membership step */
+    _Atomic uint64_t m_joins, m_changes;
 
     /* Driver state. */
     uint64_t now;
@@ -102,13 +117,24 @@ struct tk_raftd {
     /* Published for the admin thread. */
     pthread_mutex_t pub_mu;
     char status_json[16384];
-    char raft_metrics[8192];
+    char raft_metrics[16384];
     uint64_t pub_at;
     _Atomic int ready;
     _Atomic uint64_t m_commands, m_entries, m_last_snapshot_bytes;
     struct hist batch_hist;
     struct hist latency;
 };
+
+enum raftd_membership {
+    RAFTD_STANDALONE,
+    RAFTD_BOOTSTRAPPING, /* fresh; every peer fresh too: forming a new domain */
+    RAFTD_JOINING,       /* fresh; asked a live domain's leader to add us */
+    RAFTD_WAITING,       /* fresh; a peer has a domain but knows no leader */
+    RAFTD_LEARNER,
+    RAFTD_VOTER,
+    RAFTD_REMOVED, /* no longer in the configuration: exiting */
+};
+#define MEMBERS_PERIOD_US 50000u
 
 /* net/raftd.c */
 void raftd_process(struct tk_raftd *r, int rc, struct tk_raft_update *up);
@@ -121,6 +147,8 @@ void raftd_domain(struct tk_raftd *r, uint64_t *lo, uint64_t *hi);
 void raftd_send_msg(struct tk_raftd *r, const struct tk_raft_msg *m, const char *addr);
 void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f);
 void raftd_probe_peers(struct tk_raftd *r);
+void raftd_members_step(struct tk_raftd *r);
+const char *raftd_membership_name(uint8_t m);
 int raftd_parse_peers(struct tk_raftd *r);
 
 /* net/raftd_status.c */

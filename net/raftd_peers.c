@@ -1,10 +1,12 @@
 /* The Raft thread's side of the peers: frames in (domain checks, probes),
  * messages out (by NodeId, only to the process that is that NodeId), and
  * bootstrap of a new fencing domain by probing (SPEC 9, 10). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "net/raftd.h"
+#include "raft/members.h"
 
 const struct tk_raft_member *raftd_member(struct tk_raftd *r, uint64_t id)
 {
@@ -31,10 +33,14 @@ void raftd_send_msg(struct tk_raftd *r, const struct tk_raft_msg *m, const char 
         const struct tk_raft_member *mb = raftd_member(r, m->to);
         if (mb)
             addr = mb->peer_addr;
-        /* A fresh node knows its bootstrap partners only from probes. */
+        /* A fresh node knows its bootstrap partners only from probes, and
+         * the leader it joins from the Join's answers, until the log or a
+         * snapshot brings the configuration. */
         for (uint32_t i = 0; !addr && i < r->npeers; i++)
-            if (i != r->self && r->info[i].id == m->to && r->info[i].agreed)
+            if (i != r->self && r->info[i].id == m->to)
                 addr = r->peer_addr[i];
+        if (!addr && m->to == r->join_leader_id && r->join_leader_addr[0])
+            addr = r->join_leader_addr;
         if (!addr)
             return;
     }
@@ -72,6 +78,7 @@ static void on_probe(struct tk_raftd *r, const struct tk_raft_msg *m)
         copy_str(pi->client_addr, sizeof(pi->client_addr), &m->probe.client_addr);
         pi->peers_hash = m->probe.peers_hash;
         pi->probed_us = r->now;
+        pi->forced = (m->probe.flags & TK_RAFT_PROBE_FORCE) != 0;
     }
     /* Answer on our link to the prober's address. */
     char addr[TK_ADDR_MAX];
@@ -93,11 +100,34 @@ static void on_probe(struct tk_raftd *r, const struct tk_raft_msg *m)
         rep.probe_reply.leader_client_addr = (struct tk_raft_str){
             lm->client_addr, (uint16_t)strlen(lm->client_addr)};
     }
+    rep.probe_reply.token_next = (lo || hi) ? tk_raft_next_token(r->core) : 0;
     raftd_send_msg(r, &rep, addr);
 }
 
-static void on_probe_reply(struct tk_raftd *r, const struct tk_raft_msg *m)
+/* Where we stand, for /status and the log: a changed note is logged once. */
+static void set_note(struct tk_raftd *r, uint8_t membership, int level, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void set_note(struct tk_raftd *r, uint8_t membership, int level, const char *fmt, ...)
 {
+    char note[sizeof(r->note)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(note, sizeof(note), fmt, ap);
+    va_end(ap);
+    /* Addresses in it come from peers: keep /status valid JSON. */
+    for (char *c = note; *c; c++)
+        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+            *c = '?';
+    r->membership = membership;
+    if (strcmp(note, r->note) != 0) {
+        memcpy(r->note, note, sizeof(note));
+        tk_log(level, "membership: %s", note);
+    }
+}
+
+static void on_probe_reply(struct tk_raftd *r, const struct tk_wire_frame *f)
+{
+    const struct tk_raft_msg *m = &f->msg;
     for (uint32_t i = 0; i < r->npeers; i++) {
         struct tk_plink *l = tk_peers_find(r->peers, r->peer_addr[i]);
         if (i == r->self || !l || tk_plink_remote_id(l) != m->from)
@@ -107,11 +137,26 @@ static void on_probe_reply(struct tk_raftd *r, const struct tk_raft_msg *m)
         pi->replied_us = r->now;
         pi->member = (m->probe_reply.flags & TK_RAFT_PROBE_MEMBER) != 0;
         pi->peers_hash = m->probe_reply.peers_hash;
+        pi->leader_known = m->probe_reply.leader_id != 0;
+        pi->token_next = m->probe_reply.token_next;
         if (!pi->member && pi->peers_hash == r->peers_hash)
             pi->agreed = true;
-        if (pi->member && m->probe_reply.leader_client_addr.len &&
-            !tk_raft_config(r->core)) {
-            /* Not ours to join yet: point clients at that domain's leader. */
+        if (!pi->member || tk_raft_config(r->core))
+            continue;
+        /* A live domain: the one we will join, through its leader. */
+        if (!r->join_domain_lo && !r->join_domain_hi) {
+            r->join_domain_lo = f->domain_lo;
+            r->join_domain_hi = f->domain_hi;
+        }
+        if (f->domain_lo != r->join_domain_lo || f->domain_hi != r->join_domain_hi)
+            continue; /* peers of two domains: the first one seen wins */
+        if (m->probe_reply.leader_id && m->probe_reply.leader_peer_addr.len) {
+            r->join_leader_id = m->probe_reply.leader_id;
+            copy_str(r->join_leader_addr, sizeof(r->join_leader_addr),
+                     &m->probe_reply.leader_peer_addr);
+        }
+        if (m->probe_reply.leader_client_addr.len) {
+            /* Until we are in: point clients at that domain's leader. */
             char addr[TK_ADDR_MAX];
             copy_str(addr, sizeof(addr), &m->probe_reply.leader_client_addr);
             if (strcmp(addr, r->leader_client) != 0) {
@@ -122,6 +167,110 @@ static void on_probe_reply(struct tk_raftd *r, const struct tk_raft_msg *m)
     }
 }
 
+static void send_join_reply(struct tk_raftd *r, struct tk_plink *l, uint64_t to, uint8_t status)
+{
+    struct tk_raft_msg rep = {.type = TK_RAFT_MSG_JOIN_REPLY, .from = r->s->node_id, .to = to,
+                              .term = tk_raft_term(r->core)};
+    rep.join_reply.status = status;
+    uint64_t lid = tk_raft_leader(r->core);
+    const struct tk_raft_member *lm = lid ? raftd_member(r, lid) : NULL;
+    if (lm) {
+        rep.join_reply.leader_id = lid;
+        rep.join_reply.leader_peer_addr = (struct tk_raft_str){lm->peer_addr,
+                                                               (uint16_t)strlen(lm->peer_addr)};
+    }
+    /* On the link the request came in on: the joiner reads every link it
+     * dialled, and its address is not a member's yet. */
+    struct tk_wire_frame f = {.msg = rep};
+    raftd_domain(r, &f.domain_lo, &f.domain_hi);
+    tk_peers_send(r->peers, l, &f);
+}
+
+/* Leader: a fresh NodeId asks to be added (SPEC 10). It becomes a learner
+ * at once if the core takes the change; the rest of the replacement
+ * (promote, remove the old identity) is raftd_members_step's. */
+static void on_join(struct tk_raftd *r, struct tk_plink *l, const struct tk_raft_msg *m)
+{
+    const struct tk_raft_config *c = tk_raft_config(r->core);
+    if (tk_raft_role(r->core) != TK_RAFT_LEADER || !c) {
+        send_join_reply(r, l, m->from, TK_RAFT_JOIN_NOT_LEADER);
+        return;
+    }
+    struct tk_raft_member j = {.id = m->from, .role = TK_RAFT_LEARNER};
+    copy_str(j.peer_addr, sizeof(j.peer_addr), &m->join.peer_addr);
+    copy_str(j.client_addr, sizeof(j.client_addr), &m->join.client_addr);
+    bool listed = peer_index(r, m->join.peer_addr.p, m->join.peer_addr.len) >= 0;
+    uint8_t verdict = tk_members_join(c, &j, listed);
+    uint8_t status = TK_RAFT_JOIN_OK;
+    if (verdict == TK_MEMBERS_REFUSE) {
+        status = TK_RAFT_JOIN_REFUSED;
+        tk_log(TK_LOG_WARN, "join of %016llx at %s refused: that address is not in --peers",
+               (unsigned long long)j.id, j.peer_addr);
+    } else if (verdict == TK_MEMBERS_WAIT) {
+        status = TK_RAFT_JOIN_RETRY; /* stale learners go first (raftd_members_step) */
+    } else if (verdict == TK_MEMBERS_ADD) {
+        struct tk_raft_update up;
+        int rc = tk_raft_change(r->core, TK_RAFT_ADD_LEARNER, &j, r->now, &up);
+        if (rc == TK_OK) {
+            tk_log(TK_LOG_INFO, "adding %016llx at %s as a learner (index %llu)",
+                   (unsigned long long)j.id, j.peer_addr, (unsigned long long)up.index);
+            atomic_fetch_add(&r->m_joins, 1);
+            atomic_fetch_add(&r->m_changes, 1);
+        }
+        status = rc == TK_OK ? TK_RAFT_JOIN_OK
+                 : rc == TK_EFULL || rc == TK_ENOTLEADER ? TK_RAFT_JOIN_RETRY
+                                                         : TK_RAFT_JOIN_REFUSED;
+        raftd_process(r, rc, &up);
+    }
+    send_join_reply(r, l, m->from, status);
+}
+
+/* A fresh node or a learner: what the leader said of our Join; a member:
+ * the leader says we are no longer one. */
+static void on_join_reply(struct tk_raftd *r, const struct tk_wire_frame *f)
+{
+    const struct tk_raft_msg *m = &f->msg;
+    uint64_t lo, hi;
+    raftd_domain(r, &lo, &hi);
+    if (m->join_reply.status == TK_RAFT_JOIN_REMOVED) {
+        const struct tk_raft_config *c = tk_raft_config(r->core);
+        if (!c || f->domain_lo != lo || f->domain_hi != hi || r->removed)
+            return;
+        if (tk_raft_config_find(c, m->from) == NULL || m->term < tk_raft_term(r->core))
+            return; /* only a member leading a term we know counts */
+        r->removed = true;
+        set_note(r, RAFTD_REMOVED, TK_LOG_ERROR,
+                 "leader %016llx says NodeId %016llx is no longer in the configuration "
+                 "(replaced or removed); exiting so that a restart rejoins under a new NodeId",
+                 (unsigned long long)m->from, (unsigned long long)r->s->node_id);
+        atomic_store(&r->s->removed, 1);
+        return;
+    }
+    r->join_reply = m->join_reply.status;
+    if (m->join_reply.status == TK_RAFT_JOIN_NOT_LEADER && m->join_reply.leader_id &&
+        m->join_reply.leader_peer_addr.len) {
+        r->join_leader_id = m->join_reply.leader_id;
+        copy_str(r->join_leader_addr, sizeof(r->join_leader_addr),
+                 &m->join_reply.leader_peer_addr);
+    }
+}
+
+/* Leader: a vote request from a NodeId that its configuration no longer
+ * lists comes from a replaced or removed identity that woke up. Tell it,
+ * so it stops campaigning and exits (SPEC 10). Only votes: learners send
+ * none, and a voter missing from the leader's latest configuration can
+ * only have been removed by it or an earlier leader. */
+static bool answer_stranger(struct tk_raftd *r, struct tk_plink *l, const struct tk_raft_msg *m)
+{
+    if (m->type != TK_RAFT_MSG_PREVOTE && m->type != TK_RAFT_MSG_VOTE)
+        return false;
+    const struct tk_raft_config *c = tk_raft_config(r->core);
+    if (tk_raft_role(r->core) != TK_RAFT_LEADER || !c || tk_raft_config_find(c, m->from))
+        return false;
+    send_join_reply(r, l, m->from, TK_RAFT_JOIN_REMOVED);
+    return true;
+}
+
 void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f)
 {
     struct tk_raftd *r = ctx;
@@ -130,32 +279,46 @@ void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f
     bool mine = lo || hi;
     bool theirs = f->domain_lo || f->domain_hi;
     uint8_t type = f->msg.type;
-    if (type == TK_RAFT_MSG_PROBE) {
-        on_probe(r, &f->msg);
-        return;
+    switch (type) {
+        case TK_RAFT_MSG_PROBE:
+            on_probe(r, &f->msg);
+            return;
+        case TK_RAFT_MSG_PROBE_REPLY:
+            on_probe_reply(r, f);
+            return;
+        case TK_RAFT_MSG_JOIN:
+            on_join(r, l, &f->msg);
+            return;
+        case TK_RAFT_MSG_JOIN_REPLY:
+            on_join_reply(r, f);
+            return;
+        default:
+            break;
     }
-    if (type == TK_RAFT_MSG_PROBE_REPLY) {
-        on_probe_reply(r, &f->msg);
-        return;
-    }
-    if (type == TK_RAFT_MSG_JOIN || type == TK_RAFT_MSG_JOIN_REPLY)
-        return; /* replacement of restarted nodes is not built yet */
     if (mine && theirs && (f->domain_lo != lo || f->domain_hi != hi)) {
         tk_log(TK_LOG_WARN, "peer frame from another fencing domain; closing link");
         tk_plink_close(r->peers, l);
         return;
     }
-    if (!theirs && type != TK_RAFT_MSG_VOTE_REPLY && type != TK_RAFT_MSG_APPEND_REPLY)
+    /* Replies from a fresh learner carry no domain until it learns one. */
+    if (!theirs && type != TK_RAFT_MSG_VOTE_REPLY && type != TK_RAFT_MSG_APPEND_REPLY &&
+        type != TK_RAFT_MSG_SNAPSHOT_REPLY)
         return;
     if (!mine) {
         /* A fresh node takes Raft traffic only from the peers it agreed to
-         * bootstrap with (probed fresh, same --peers). */
-        bool known = false;
+         * bootstrap with (probed fresh, same --peers), or from the domain
+         * it asked to join. */
+        bool known = theirs && f->domain_lo == r->join_domain_lo &&
+                     f->domain_hi == r->join_domain_hi;
         for (uint32_t i = 0; i < r->npeers; i++)
             known |= i != r->self && r->info[i].id == f->msg.from && r->info[i].agreed;
         if (!known)
             return;
     }
+    if (mine && answer_stranger(r, l, &f->msg))
+        return;
+    if (type == TK_RAFT_MSG_APPEND || type == TK_RAFT_MSG_SNAPSHOT)
+        r->leader_heard_us = r->now;
     struct tk_raft_msg m = f->msg;
     m.to = r->s->node_id;
     struct tk_raft_update up;
@@ -163,47 +326,22 @@ void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f
     raftd_process(r, rc, &up);
 }
 
-/* Bootstrap (SPEC 10): once every configured peer answered our probes as
- * fresh with the same --peers, the lowest NodeId writes the initial
- * configuration of a new fencing domain. */
-static void maybe_bootstrap(struct tk_raftd *r)
+/* Writes entry 1 of a new fencing domain whose voters are this node and
+ * the partners in `with` (SPEC 7, 10). */
+static void bootstrap(struct tk_raftd *r, const bool *with, uint64_t token_floor,
+                      uint64_t serve_after_us)
 {
-    if (tk_raft_config(r->core))
-        return;
-    bool all = true, member_seen = false;
-    uint64_t lowest = r->s->node_id;
-    for (uint32_t i = 0; i < r->npeers; i++) {
-        if (i == r->self)
-            continue;
-        struct peer_info *pi = &r->info[i];
-        bool fresh_reply = pi->replied_us && r->now - pi->replied_us < PROBE_FRESH_US;
-        member_seen |= fresh_reply && pi->member && !pi->agreed;
-        all &= fresh_reply && !pi->member && pi->peers_hash == r->peers_hash && pi->id &&
-               pi->probed_us && pi->client_addr[0];
-        if (pi->id && pi->id < lowest)
-            lowest = pi->id;
-    }
-    /* A fresh node never starts a new domain while a configured peer still
-     * belongs to one (SPEC 10): it would recover that domain's keys under a
-     * new identity. Once every member has restarted (all fresh), they
-     * bootstrap a new domain; a node that rejoins a live domain as a
-     * learner is not built yet, so it stays out meanwhile. */
-    if (member_seen) {
-        if (!r->domain_seen)
-            tk_log(TK_LOG_WARN, "a peer belongs to a fencing domain: this fresh node stays out "
-                                "(rejoining as a learner is not built yet)");
-        r->domain_seen = true;
-        return;
-    }
-    if (!all || lowest != r->s->node_id)
-        return;
     uint64_t wall = tk_wall_us();
     if (wall < TOKEN_EPOCH_US) {
         tk_log(TK_LOG_ERROR, "wall clock reads before 2026-01-01; refusing to bootstrap");
         return;
     }
-    struct tk_raft_config c = {.domain_lo = raftd_random_u64(), .domain_hi = raftd_random_u64()};
+    uint64_t first = TK_MAX(wall, token_floor);
+    struct tk_raft_config c = {.domain_lo = raftd_random_u64(), .domain_hi = raftd_random_u64(),
+                               .serve_after_us = serve_after_us};
     for (uint32_t i = 0; i < r->npeers; i++) {
+        if (i != r->self && !with[i])
+            continue;
         struct tk_raft_member *mb = &c.m[c.n++];
         mb->role = TK_RAFT_VOTER;
         mb->id = i == r->self ? r->s->node_id : r->info[i].id;
@@ -214,10 +352,144 @@ static void maybe_bootstrap(struct tk_raftd *r)
     tk_log(TK_LOG_INFO, "bootstrapping fencing domain %016llx%016llx with %u voters, "
                         "first token %llu",
            (unsigned long long)c.domain_hi, (unsigned long long)c.domain_lo, c.n,
-           (unsigned long long)wall);
+           (unsigned long long)first);
     struct tk_raft_update up;
-    int rc = tk_raft_bootstrap(r->core, &c, wall, r->now, &up);
+    int rc = tk_raft_bootstrap(r->core, &c, first, r->now, &up);
     raftd_process(r, rc, &up);
+}
+
+/* Bootstrap (SPEC 10): once every configured peer answered our probes as
+ * fresh with the same --peers, the lowest NodeId writes the initial
+ * configuration of a new fencing domain. While a configured peer still
+ * belongs to a domain, a fresh node joins it instead (maybe_join), unless
+ * an operator forces a new domain over a lost one: a majority of --peers
+ * fresh (so the old domain has lost a majority for good), none of its
+ * survivors knowing a leader, and one of the fresh set run with
+ * --force-new-domain. The forced domain's first token is above every
+ * counter a survivor reported, and it serves nothing for
+ * --new-domain-hold-ms, so that the lost domain's holders run out first. */
+static void maybe_bootstrap(struct tk_raftd *r)
+{
+    if (tk_raft_config(r->core))
+        return;
+    bool all = true, member_seen = false, leader_seen = false;
+    bool forced = r->s->opt.force_new_domain;
+    bool with[TK_PEERS_MAX] = {false};
+    uint32_t fresh = 1;
+    uint64_t lowest = r->s->node_id, token_floor = 0;
+    /* The forced domain is written by the lowest NodeId among the fresh
+     * nodes that run with --force-new-domain: its hold applies. */
+    uint64_t lowest_forced = forced ? r->s->node_id : UINT64_MAX;
+    for (uint32_t i = 0; i < r->npeers; i++) {
+        if (i == r->self)
+            continue;
+        struct peer_info *pi = &r->info[i];
+        bool fresh_reply = pi->replied_us && r->now - pi->replied_us < PROBE_FRESH_US;
+        bool partner = fresh_reply && !pi->member && pi->peers_hash == r->peers_hash &&
+                       pi->id && pi->probed_us && pi->client_addr[0];
+        member_seen |= fresh_reply && pi->member && !pi->agreed;
+        leader_seen |= fresh_reply && pi->member && pi->leader_known;
+        all &= partner;
+        if (fresh_reply)
+            token_floor = TK_MAX(token_floor, pi->token_next);
+        if (partner) {
+            with[i] = true;
+            fresh++;
+            if (pi->forced)
+                lowest_forced = TK_MIN(lowest_forced, pi->id);
+        }
+        if (pi->id && pi->id < lowest)
+            lowest = pi->id;
+    }
+    r->domain_seen = member_seen;
+    if (member_seen) {
+        if (leader_seen || fresh < r->npeers / 2 + 1 || lowest_forced != r->s->node_id)
+            return;
+        uint64_t hold_us = (uint64_t)r->s->opt.new_domain_hold_ms * 1000u;
+        tk_log(TK_LOG_WARN, "forcing a new fencing domain: %u of %u members are fresh and the "
+                            "old domain has no leader; every lock of the old domain is "
+                            "forgotten, and the new one grants nothing for %llu ms",
+               fresh, r->npeers, (unsigned long long)r->s->opt.new_domain_hold_ms);
+        bootstrap(r, with, token_floor, tk_wall_us() + hold_us);
+        return;
+    }
+    set_note(r, RAFTD_BOOTSTRAPPING, TK_LOG_INFO,
+             "fresh, waiting for every peer of --peers to be reachable and fresh");
+    if (!all || lowest != r->s->node_id)
+        return;
+    bootstrap(r, with, token_floor, 0);
+}
+
+static void send_join(struct tk_raftd *r, const char *addr, uint64_t to)
+{
+    struct tk_raft_msg m = {.type = TK_RAFT_MSG_JOIN, .from = r->s->node_id, .to = to,
+                            .term = tk_raft_term(r->core)};
+    m.join.peer_addr = (struct tk_raft_str){r->peer_addr[r->self],
+                                            (uint16_t)strlen(r->peer_addr[r->self])};
+    m.join.client_addr = (struct tk_raft_str){r->s->advertise, (uint16_t)strlen(r->s->advertise)};
+    raftd_send_msg(r, &m, addr);
+}
+
+/* A fresh node whose peers belong to a domain asks that domain's leader
+ * to add it (SPEC 10); without a leader it waits, and never bootstraps. */
+static void maybe_join(struct tk_raftd *r)
+{
+    if (!r->domain_seen || tk_raft_config(r->core))
+        return;
+    if (!r->join_leader_id) {
+        set_note(r, RAFTD_WAITING, TK_LOG_WARN,
+                 "peers belong to fencing domain %016llx%016llx but none knows a leader; "
+                 "waiting to join. If a majority of members lost their state, that domain "
+                 "cannot recover: restart the members with --force-new-domain",
+                 (unsigned long long)r->join_domain_hi, (unsigned long long)r->join_domain_lo);
+        return;
+    }
+    send_join(r, r->join_leader_addr, r->join_leader_id);
+    const char *why = r->join_reply == TK_RAFT_JOIN_REFUSED ? "refused: the leader's --peers "
+                                                               "does not list this address"
+                      : r->join_reply == TK_RAFT_JOIN_RETRY ? "asked to retry (a change runs)"
+                                                             : "asked";
+    set_note(r, RAFTD_JOINING, r->join_reply == TK_RAFT_JOIN_REFUSED ? TK_LOG_WARN : TK_LOG_INFO,
+             "joining fencing domain %016llx%016llx through leader %016llx at %s: %s",
+             (unsigned long long)r->join_domain_hi, (unsigned long long)r->join_domain_lo,
+             (unsigned long long)r->join_leader_id, r->join_leader_addr, why);
+}
+
+/* A member: where it stands. A learner (or a node whose configuration
+ * lost it, e.g. its addition was truncated by a new leader) that hears
+ * no leader for two election timeouts asks again. */
+static void member_state(struct tk_raftd *r, const struct tk_raft_config *c)
+{
+    if (r->removed)
+        return;
+    uint64_t self = r->s->node_id;
+    if (tk_raft_config_is_voter(c, self)) {
+        uint64_t wall = tk_wall_us();
+        char when[40];
+        if (c->serve_after_us > wall)
+            set_note(r, RAFTD_VOTER, TK_LOG_WARN,
+                     "voter of a forced new fencing domain: nothing is served until %s "
+                     "(--new-domain-hold-ms), so that the lost domain's leases run out first",
+                     tk_wall_str(c->serve_after_us, when, sizeof(when)));
+        else if (tk_members_replacing(c, self))
+            set_note(r, RAFTD_VOTER, TK_LOG_INFO,
+                     "voter; the identity this node replaces is still being removed");
+        else if (!tk_raft_leader(r->core))
+            set_note(r, RAFTD_VOTER, TK_LOG_INFO, "voter; no leader known (no quorum yet)");
+        else
+            set_note(r, RAFTD_VOTER, TK_LOG_INFO, "voter");
+        return;
+    }
+    set_note(r, RAFTD_LEARNER, TK_LOG_INFO, "learner: catching up before promotion to voter");
+    uint64_t silence = 2u * (uint64_t)r->s->opt.election_ms * 1000u;
+    if (r->now - r->leader_heard_us < silence)
+        return;
+    uint64_t lid = tk_raft_leader(r->core);
+    const struct tk_raft_member *lm = lid ? tk_raft_config_find(c, lid) : NULL;
+    if (lm)
+        send_join(r, lm->peer_addr, lid);
+    else if (r->join_leader_id)
+        send_join(r, r->join_leader_addr, r->join_leader_id);
 }
 
 void raftd_probe_peers(struct tk_raftd *r)
@@ -225,8 +497,11 @@ void raftd_probe_peers(struct tk_raftd *r)
     if (!r->peers || r->now < r->probe_at)
         return;
     r->probe_at = r->now + PROBE_PERIOD_US;
-    if (tk_raft_config(r->core))
-        return; /* a member: probes are for fresh nodes */
+    const struct tk_raft_config *c = tk_raft_config(r->core);
+    if (c) {
+        member_state(r, c); /* a member: probes are for fresh nodes */
+        return;
+    }
     for (uint32_t i = 0; i < r->npeers; i++) {
         if (i == r->self)
             continue;
@@ -236,9 +511,59 @@ void raftd_probe_peers(struct tk_raftd *r)
                                                  (uint16_t)strlen(r->peer_addr[r->self])};
         m.probe.client_addr = (struct tk_raft_str){r->s->advertise,
                                                    (uint16_t)strlen(r->s->advertise)};
+        m.probe.flags = r->s->opt.force_new_domain ? TK_RAFT_PROBE_FORCE : 0;
         raftd_send_msg(r, &m, r->peer_addr[i]);
     }
     maybe_bootstrap(r);
+    maybe_join(r);
+}
+
+/* Leader: one step of every replacement in progress (SPEC 10), as
+ * tk_members_next decides; the core refuses what must wait. */
+void raftd_members_step(struct tk_raftd *r)
+{
+    if (!r->peers || r->now < r->members_at || tk_raft_role(r->core) != TK_RAFT_LEADER ||
+        !r->leader_ready)
+        return;
+    r->members_at = r->now + MEMBERS_PERIOD_US;
+    const struct tk_raft_config *c = tk_raft_config(r->core);
+    struct tk_raft_status st;
+    tk_raft_status(r->core, &st);
+    uint64_t id;
+    uint8_t type = tk_members_next(c, &st, r->npeers, &id);
+    if (!type)
+        return;
+    struct tk_raft_update up;
+    if (type == TK_MEMBERS_TRANSFER) {
+        tk_log(TK_LOG_WARN, "a newer process joined at this leader's address; handing "
+                            "leadership over so that another leader replaces this identity");
+        int rc = tk_raft_transfer(r->core, 0, r->now, &up);
+        raftd_process(r, rc, &up);
+        r->members_at = r->now + 1000000u;
+        return;
+    }
+    const struct tk_raft_member *mb = tk_raft_config_find(c, id);
+    TK_ASSERT(mb != NULL);
+    struct tk_raft_member m = *mb;
+    int rc = tk_raft_change(r->core, type, &m, r->now, &up);
+    if (rc == TK_OK) {
+        tk_log(TK_LOG_INFO, "%s %016llx at %s (index %llu)",
+               type == TK_RAFT_PROMOTE ? "promoting to voter" : "removing",
+               (unsigned long long)m.id, m.peer_addr, (unsigned long long)up.index);
+        atomic_fetch_add(&r->m_changes, 1);
+    } else if (rc != TK_EFULL && rc != TK_ENOTLEADER) {
+        tk_log(TK_LOG_WARN, "membership change on %016llx refused: %s",
+               (unsigned long long)m.id, tk_strerror(rc));
+        r->members_at = r->now + 1000000u;
+    }
+    raftd_process(r, rc, &up);
+}
+
+const char *raftd_membership_name(uint8_t m)
+{
+    static const char *const names[] = {"standalone", "bootstrapping", "joining", "waiting",
+                                        "learner",    "voter",         "removed"};
+    return m < TK_ARRAY_LEN(names) ? names[m] : "?";
 }
 
 int raftd_parse_peers(struct tk_raftd *r)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "net/raftd.h"
+#include "raft/members.h"
 
 static const uint64_t batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096};
 static const uint64_t latency_bounds_us[] = {10,   25,   50,    100,   250,   500,    1000,
@@ -42,8 +43,17 @@ void raftd_publish(struct tk_raftd *r)
         atomic_store(&r->s->domain_lo, cfg->domain_lo);
         atomic_store(&r->s->domain_hi, cfg->domain_hi);
     }
-    bool member_here = cfg && tk_raft_config_find(cfg, r->s->node_id);
-    atomic_store(&r->ready, member_here && st.leader_id != 0);
+    /* Ready (SPEC 12, /readyz): a voter that knows its leader, has applied
+     * what it knows committed, and whose predecessor at its address is out
+     * of the configuration, so a rolling update may take the next member. */
+    bool ready = cfg && st.leader_id != 0 && st.applied >= st.commit &&
+                 !tk_members_replacing(cfg, r->s->node_id) && !r->removed;
+    if (st.role == TK_RAFT_LEADER)
+        ready = ready && r->leader_ready;
+    atomic_store(&r->ready, ready);
+    uint32_t n_voters = 0, n_learners = 0;
+    for (uint32_t i = 0; cfg && i < cfg->n; i++)
+        *(cfg->m[i].role == TK_RAFT_VOTER ? &n_voters : &n_learners) += 1;
     char *buf = malloc(sizeof(r->status_json));
     TK_ASSERT(buf != NULL);
     size_t cap = sizeof(r->status_json), off = 0;
@@ -53,23 +63,32 @@ void raftd_publish(struct tk_raftd *r)
         "\"role\":\"%s\",\"mode\":\"%s\",\"term\":%llu,\"leader\":\"%016llx\","
         "\"leader_addr\":\"%s\",\"serving\":%s,\"commit_index\":%llu,\"applied_index\":%llu,"
         "\"last_index\":%llu,\"snapshot_index\":%llu,\"log_entries\":%llu,\"next_token\":%llu,"
-        "\"members\":[",
+        "\"membership\":\"%s\",\"membership_note\":\"%s\",\"ready\":%s,\"members\":[",
         tk_raft_role_name(st.role), r->peers ? "cluster" : "standalone",
         (unsigned long long)st.term, (unsigned long long)st.leader_id,
         lm ? lm->client_addr : "", r->leader_ready ? "true" : "false",
         (unsigned long long)st.commit, (unsigned long long)st.applied,
         (unsigned long long)st.last_index, (unsigned long long)st.snapshot_index,
-        (unsigned long long)st.log_entries, (unsigned long long)st.token_next);
+        (unsigned long long)st.log_entries, (unsigned long long)st.token_next,
+        raftd_membership_name(r->membership), r->note, ready ? "true" : "false");
+    bool leading = st.role == TK_RAFT_LEADER;
     for (uint32_t i = 0; cfg && i < st.n_members && off < cap; i++) {
         const struct tk_raft_member_status *ms = &st.members[i];
         const struct tk_raft_member *mb = tk_raft_config_find(cfg, ms->id);
         off += (size_t)snprintf(buf + off, cap - off,
                                 "%s{\"id\":\"%016llx\",\"voter\":%s,\"peer_addr\":\"%s\","
-                                "\"client_addr\":\"%s\",\"match_index\":%llu}",
+                                "\"client_addr\":\"%s\",\"match_index\":%llu,\"lag\":%llu,"
+                                "\"last_contact_ms\":%lld,\"leader\":%s}",
                                 i ? "," : "", (unsigned long long)ms->id,
                                 ms->role == TK_RAFT_VOTER ? "true" : "false",
                                 mb ? mb->peer_addr : "", mb ? mb->client_addr : "",
-                                (unsigned long long)ms->match);
+                                (unsigned long long)ms->match,
+                                (unsigned long long)(leading && st.commit > ms->match
+                                                         ? st.commit - ms->match : 0),
+                                leading && ms->id != st.id && r->now >= ms->last_heard_us
+                                    ? (long long)((r->now - ms->last_heard_us) / 1000u)
+                                    : leading ? 0LL : -1LL,
+                                ms->id == st.leader_id ? "true" : "false");
     }
     if (off < cap)
         off += (size_t)snprintf(buf + off, cap - off, "]");
@@ -81,6 +100,13 @@ void raftd_publish(struct tk_raftd *r)
         uint64_t v;
     } rows[] = {
         {"raft_term", "gauge", "Current Raft term", st.term},
+        {"raft_voters", "gauge", "Voters in the configuration", n_voters},
+        {"raft_learners", "gauge", "Learners in the configuration (joining members)", n_learners},
+        {"raft_ready", "gauge", "1 while /readyz answers 200", ready},
+        {"raft_joins_total", "counter", "Fresh NodeIds this node added as learners",
+         atomic_load(&r->m_joins)},
+        {"raft_membership_changes_total", "counter",
+         "Membership changes this node proposed as leader", atomic_load(&r->m_changes)},
         {"raft_is_leader", "gauge", "1 while this node is the Raft leader",
          st.role == TK_RAFT_LEADER},
         {"raft_serving", "gauge", "1 while this node serves clients as leader", r->leader_ready},
@@ -141,6 +167,24 @@ void raftd_publish(struct tk_raftd *r)
             break;
         moff += (size_t)n;
     }
+    /* The leader's view of each member: entries behind the commit index. */
+    if (leading && moff < mcap)
+        moff += (size_t)snprintf(mbuf + moff, mcap - moff,
+                                 "# HELP ticketing_raft_member_lag_entries Committed entries a "
+                                 "member has not acknowledged (leader's view).\n"
+                                 "# TYPE ticketing_raft_member_lag_entries gauge\n");
+    for (uint32_t i = 0; leading && i < st.n_members && moff < mcap; i++) {
+        const struct tk_raft_member_status *ms = &st.members[i];
+        int n = snprintf(mbuf + moff, mcap - moff,
+                         "ticketing_raft_member_lag_entries{id=\"%016llx\",role=\"%s\"} %llu\n",
+                         (unsigned long long)ms->id,
+                         ms->role == TK_RAFT_VOTER ? "voter" : "learner",
+                         (unsigned long long)(st.commit > ms->match ? st.commit - ms->match : 0));
+        if (n < 0)
+            break;
+        moff += (size_t)n;
+    }
+    moff = TK_MIN(moff, mcap - 1);
     pthread_mutex_lock(&r->pub_mu);
     memcpy(r->status_json, buf, sizeof(r->status_json));
     r->status_json[sizeof(r->status_json) - 1] = 0;

@@ -148,6 +148,7 @@ struct tk_server {
     _Atomic int draining;            /* SIGTERM: hand leadership over, then stop */
     _Atomic int stopping;
     _Atomic int failed;              /* a thread could not run: exit non-zero */
+    _Atomic int removed;             /* no longer a member (SPEC 10): exit 3 */
     _Atomic uint64_t conns;          /* client connections open (bound) */
     _Atomic uint64_t domain_lo, domain_hi; /* fencing domain, 0 until known */
     _Atomic uint64_t wstats[TK_WORKERS_MAX][TK_WSTAT_COUNT];
@@ -187,6 +188,8 @@ void tk_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 /* Monotonic and wall clocks in microseconds (net/log.c). */
 uint64_t tk_now_us(void);
 uint64_t tk_wall_us(void);
+/* A wall-clock time as "YYYY-MM-DDTHH:MM:SSZ" in buf; returns buf. */
+const char *tk_wall_str(uint64_t wall_us, char *buf, size_t cap);
 
 /* Listening socket helper: SO_REUSEADDR, optional SO_REUSEPORT, backlog. */
 int tk_listen(const char *host, uint32_t port, bool reuseport);

@@ -94,6 +94,7 @@ size_t tk_raft_config_encode(const struct tk_raft_config *c, uint8_t *buf, size_
     size_t need = 17;
     for (uint32_t i = 0; i < c->n; i++)
         need += 9 + 4 + strlen(c->m[i].peer_addr) + strlen(c->m[i].client_addr);
+    need += 8;
     TK_ASSERT(need <= TK_RAFT_CONFIG_ENCODED_MAX);
     if (need > cap)
         return 0;
@@ -109,6 +110,8 @@ size_t tk_raft_config_encode(const struct tk_raft_config *c, uint8_t *buf, size_
         p += put_str(p, c->m[i].peer_addr);
         p += put_str(p, c->m[i].client_addr);
     }
+    put_u64(p, c->serve_after_us);
+    p += 8;
     TK_ASSERT((size_t)(p - buf) == need);
     return need;
 }
@@ -150,6 +153,10 @@ int tk_raft_config_decode(const uint8_t *buf, size_t len, struct tk_raft_config 
         if (!get_str(buf, len, &pos, d.m[i].client_addr))
             return TK_EPROTO;
     }
+    if (len - pos < 8)
+        return TK_EPROTO;
+    d.serve_after_us = get_u64(buf + pos);
+    pos += 8;
     /* An embedded NUL would make the C string shorter than the wire one;
      * addr_valid() rejects it through the length check. */
     for (uint32_t i = 0; i < d.n; i++) {
@@ -161,6 +168,7 @@ int tk_raft_config_decode(const uint8_t *buf, size_t len, struct tk_raft_config 
     size_t check = 17;
     for (uint32_t i = 0; i < d.n; i++)
         check += 13 + strlen(d.m[i].peer_addr) + strlen(d.m[i].client_addr);
+    check += 8;
     if (check != pos)
         return TK_EPROTO; /* an embedded NUL */
     *c = d;

@@ -149,6 +149,12 @@ struct tk_raft_member {
 struct tk_raft_config {
     uint64_t domain_lo;
     uint64_t domain_hi;
+    /* Wall-clock microseconds before which no leader of this domain serves
+     * (0: none). Set when an operator forces a new domain over a lost one
+     * (SPEC 10), so that holders of the lost domain's locks run out first;
+     * it is in the configuration so that every leader of the domain keeps
+     * it. Membership changes carry it along. */
+    uint64_t serve_after_us;
     uint32_t n;
     struct tk_raft_member m[TK_RAFT_MEMBERS_MAX];
 };
@@ -165,12 +171,13 @@ bool tk_raft_config_is_voter(const struct tk_raft_config *c, uint64_t id);
 /* Encoding of a configuration (the data of CONFIG entries, and the config
  * field of Snapshot frames), little-endian:
  *     u64 domain_lo | u64 domain_hi | u8 n |
- *     n x { u64 id | u8 role | u16 len | peer_addr | u16 len | client_addr }
+ *     n x { u64 id | u8 role | u16 len | peer_addr | u16 len | client_addr } |
+ *     u64 serve_after_us
  * tk_raft_config_encode() returns the bytes written, or 0 if cap is too
  * small (the config must pass tk_raft_config_check). tk_raft_config_decode()
  * validates everything (the bytes come from peers) and returns TK_OK with
  * *used set, or TK_EPROTO. */
-#define TK_RAFT_CONFIG_ENCODED_MAX (17 + TK_RAFT_MEMBERS_MAX * (9 + 2 * (2 + TK_RAFT_ADDR_MAX)))
+#define TK_RAFT_CONFIG_ENCODED_MAX (17 + TK_RAFT_MEMBERS_MAX * (9 + 2 * (2 + TK_RAFT_ADDR_MAX)) + 8)
 size_t tk_raft_config_encode(const struct tk_raft_config *c, uint8_t *buf, size_t cap);
 int tk_raft_config_decode(const uint8_t *buf, size_t len, struct tk_raft_config *c, size_t *used);
 
@@ -205,10 +212,12 @@ enum tk_raft_join_status {
     TK_RAFT_JOIN_NOT_LEADER = 1, /* ask leader_id at leader_peer_addr */
     TK_RAFT_JOIN_RETRY = 2,      /* a change is pending; ask again later */
     TK_RAFT_JOIN_REFUSED = 3,    /* e.g. membership full */
+    TK_RAFT_JOIN_REMOVED = 4,    /* from a leader: the receiver is not in its configuration */
 };
 
 #define TK_RAFT_PROBE_MEMBER 0x01u /* the replier belongs to a domain */
 #define TK_RAFT_PROBE_LEADER 0x02u /* the replier is the leader */
+#define TK_RAFT_PROBE_FORCE 0x04u  /* PROBE: the sender runs with --force-new-domain */
 
 struct tk_raft_msg {
     uint8_t type;  /* enum tk_raft_msg_type */
@@ -267,6 +276,7 @@ struct tk_raft_msg {
             uint64_t peers_hash; /* hash of the sender's --peers, so peers can agree */
             struct tk_raft_str peer_addr;
             struct tk_raft_str client_addr;
+            uint8_t flags; /* TK_RAFT_PROBE_FORCE */
         } probe;
         struct {           /* PROBE_REPLY; the frame header carries the domain */
             uint8_t flags; /* TK_RAFT_PROBE_* */
@@ -274,6 +284,7 @@ struct tk_raft_msg {
             uint64_t leader_id;
             struct tk_raft_str leader_peer_addr;
             struct tk_raft_str leader_client_addr;
+            uint64_t token_next; /* the replier's fencing counter (0: fresh) */
         } probe_reply;
     };
 };

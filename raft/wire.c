@@ -86,9 +86,9 @@ static size_t payload_len(const struct tk_raft_msg *m)
         case TK_RAFT_MSG_JOIN_REPLY:
             return 11 + (size_t)m->join_reply.leader_peer_addr.len;
         case TK_RAFT_MSG_PROBE:
-            return 12 + (size_t)m->probe.peer_addr.len + m->probe.client_addr.len;
+            return 13 + (size_t)m->probe.peer_addr.len + m->probe.client_addr.len;
         case TK_RAFT_MSG_PROBE_REPLY:
-            return 21 + (size_t)m->probe_reply.leader_peer_addr.len +
+            return 29 + (size_t)m->probe_reply.leader_peer_addr.len +
                    m->probe_reply.leader_client_addr.len;
         default:
             TK_ASSERT(false);
@@ -180,6 +180,7 @@ static void encode_payload(struct wbuf *w, const struct tk_raft_msg *m)
             w_u64(w, m->probe.peers_hash);
             w_str(w, m->probe.peer_addr);
             w_str(w, m->probe.client_addr);
+            w_u8(w, m->probe.flags);
             break;
         case TK_RAFT_MSG_PROBE_REPLY:
             w_u8(w, m->probe_reply.flags);
@@ -187,6 +188,7 @@ static void encode_payload(struct wbuf *w, const struct tk_raft_msg *m)
             w_u64(w, m->probe_reply.leader_id);
             w_str(w, m->probe_reply.leader_peer_addr);
             w_str(w, m->probe_reply.leader_client_addr);
+            w_u64(w, m->probe_reply.token_next);
             break;
         default:
             TK_ASSERT(false);
@@ -405,13 +407,16 @@ static void decode_payload(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire
             m->join_reply.status = r_u8(r);
             m->join_reply.leader_id = r_u64(r);
             m->join_reply.leader_peer_addr = r_str(r, true);
-            if (m->join_reply.status > TK_RAFT_JOIN_REFUSED)
+            if (m->join_reply.status > TK_RAFT_JOIN_REMOVED)
                 r->bad = true;
             break;
         case TK_RAFT_MSG_PROBE:
             m->probe.peers_hash = r_u64(r);
             m->probe.peer_addr = r_str(r, false);
             m->probe.client_addr = r_str(r, false);
+            m->probe.flags = r_u8(r);
+            if (m->probe.flags & ~TK_RAFT_PROBE_FORCE)
+                r->bad = true;
             break;
         case TK_RAFT_MSG_PROBE_REPLY:
             m->probe_reply.flags = r_u8(r);
@@ -419,6 +424,7 @@ static void decode_payload(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire
             m->probe_reply.leader_id = r_u64(r);
             m->probe_reply.leader_peer_addr = r_str(r, true);
             m->probe_reply.leader_client_addr = r_str(r, true);
+            m->probe_reply.token_next = r_u64(r);
             if (m->probe_reply.flags & ~(TK_RAFT_PROBE_MEMBER | TK_RAFT_PROBE_LEADER))
                 r->bad = true;
             break;

@@ -22,9 +22,10 @@
  *   8 TIMEOUT_NOW:       (empty)
  *   9 JOIN:              str peer_addr | str client_addr          (sender = the new NodeId)
  *  10 JOIN_REPLY:        u8 status | u64 leader_id | str leader_peer_addr
- *  11 PROBE:             u64 peers_hash | str peer_addr | str client_addr
+ *                        (status 4, REMOVED: the receiver is not a member)
+ *  11 PROBE:             u64 peers_hash | str peer_addr | str client_addr | u8 flags
  *  12 PROBE_REPLY:       u8 flags | u64 peers_hash | u64 leader_id |
- *                        str leader_peer_addr | str leader_client_addr
+ *                        str leader_peer_addr | str leader_client_addr | u64 token_next
  * Strings of JOIN/PROBE are visible ASCII of at most TK_RAFT_ADDR_MAX bytes;
  * JOIN's and PROBE's own addresses are non-empty, a leader's may be empty
  * (unknown). A fresh node (no domain yet) sends domain 0:0.

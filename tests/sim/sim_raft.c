@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "raft/members.h"
 #include "raft/raft.h"
 #include "tests/support/sim_cluster.h"
 #include "tests/support/sim_lock.h"
@@ -63,7 +64,9 @@ struct scenario {
     bool verbose;
     uint32_t voters0;
     int replace_old; /* slot being replaced, -1 */
-    int replace_new;
+    int replace_new; /* the fresh process at its address */
+    int zombie;      /* a replaced node that was paused, not crashed: wakes up later */
+    uint64_t zombies, learner_restarts;
     uint64_t next_client_us;
     uint64_t next_fault_us;
     uint64_t read_id;
@@ -126,8 +129,11 @@ static bool config_settled(struct scenario *s, const struct tk_raft_config *cfg)
     return true;
 }
 
-/* Drives a replacement: learner, promote, remove (SPEC 10), one step per
- * call, asking whoever leads now. */
+/* Drives a replacement with the leader's production decisions
+ * (raft/members.h): the fresh process at the old one's address asks to
+ * join, then the leader takes one single-server step at a time (stale
+ * learner out, caught-up learner in, replaced voter out). Called at
+ * random moments, so joins race with elections, transfers and cuts. */
 static void replace_step(struct scenario *s)
 {
     if (s->replace_old < 0)
@@ -136,47 +142,108 @@ static void replace_step(struct scenario *s)
     const struct tk_raft_config *cfg = leader_config(s, &l);
     if (cfg == NULL || s->c.nodes[l].paused)
         return;
-    const struct tk_raft_member *fresh = tk_raft_config_find(cfg, s->c.nodes[s->replace_new].id);
-    const struct tk_raft_member *old = tk_raft_config_find(cfg, s->c.nodes[s->replace_old].id);
-    int rv;
-    if (fresh == NULL) {
+    struct tk_raft_member j;
+    sim_member(&s->c, s->replace_new, TK_RAFT_LEARNER, &j);
+    uint8_t verdict = tk_members_join(cfg, &j, true);
+    if (verdict == TK_MEMBERS_REFUSE)
+        sim_fail(&s->c, "join of slot %d refused", s->replace_new);
+    int rv = TK_OK;
+    if (verdict == TK_MEMBERS_ADD || verdict == TK_MEMBERS_WAIT) {
+        /* No room: the leader removes a stale learner first (below). */
+        uint64_t id;
+        struct tk_raft_status st;
+        tk_raft_status(s->c.nodes[l].r, &st);
+        uint8_t type = tk_members_next(cfg, &st, s->voters0, &id);
+        if (verdict == TK_MEMBERS_WAIT && type == TK_RAFT_REMOVE)
+            rv = sim_change(&s->c, l, type, sim_slot_of(&s->c, id));
+        else if (verdict == TK_MEMBERS_WAIT)
+            sim_fail(&s->c, "join of slot %d must wait, yet nothing can go", s->replace_new);
+        else
+            rv = sim_change(&s->c, l, TK_RAFT_ADD_LEARNER, s->replace_new);
         rv = sim_change(&s->c, l, TK_RAFT_ADD_LEARNER, s->replace_new);
-    } else if (fresh->role == TK_RAFT_LEARNER) {
-        rv = sim_change(&s->c, l, TK_RAFT_PROMOTE, s->replace_new);
-    } else if (old != NULL) {
-        rv = sim_change(&s->c, l, TK_RAFT_REMOVE, s->replace_old);
     } else {
-        if (config_settled(s, cfg)) {
+        struct tk_raft_status st;
+        tk_raft_status(s->c.nodes[l].r, &st);
+        uint64_t id;
+        uint8_t type = tk_members_next(cfg, &st, s->voters0, &id);
+        if (type == TK_MEMBERS_TRANSFER) {
+            rv = sim_transfer(&s->c, l, 0);
+        } else if (type != 0) {
+            rv = sim_change(&s->c, l, type, sim_slot_of(&s->c, id));
+        } else if (tk_raft_config_find(cfg, s->c.nodes[s->replace_old].id) == NULL &&
+                   !tk_members_replacing(cfg, s->c.nodes[s->replace_new].id)) {
+            if (!config_settled(s, cfg))
+                return;
+            if (tk_raft_config_voters(cfg) != s->voters0)
+                sim_fail(&s->c, "replacement ended with %u voters", tk_raft_config_voters(cfg));
             s->replace_old = -1;
             s->replacements++;
+            if (s->zombie >= 0) {
+                /* The replaced identity wakes up: it must not disturb. */
+                sim_pause(&s->c, s->zombie, false);
+                s->zombie = -1;
+            }
         }
-        return;
     }
     if (rv != TK_OK && rv != TK_EFULL && rv != TK_ENOTLEADER)
         sim_fail(&s->c, "membership change: %s", tk_strerror(rv));
 }
 
+/* The fresh process of a replacement restarts again while it is still a
+ * learner: a third identity at the same address; the stale learner must
+ * go before the newest is promoted. */
+static void restart_learner(struct scenario *s, const struct tk_raft_config *cfg)
+{
+    struct sim_cluster *c = &s->c;
+    const struct tk_raft_member *m = tk_raft_config_find(cfg, c->nodes[s->replace_new].id);
+    if (m == NULL || m->role != TK_RAFT_LEARNER || !config_settled(s, cfg) ||
+        c->n_nodes >= SIM_NODES_MAX)
+        return;
+    sim_crash(c, s->replace_new);
+    int addr = c->nodes[s->replace_new].addr;
+    s->replace_new = sim_add_node(c);
+    c->nodes[s->replace_new].addr = addr;
+    s->learner_restarts++;
+}
+
 /* Crashes a voter if the others keep a majority, one at a time; a fresh
- * NodeId will replace it. */
+ * NodeId at the same address replaces it. Sometimes the voter is paused
+ * instead (a process cut off or stopped long enough to be replaced),
+ * and wakes up once its replacement is done. */
 static void crash_one(struct scenario *s)
 {
     struct sim_cluster *c = &s->c;
     int l = -1;
     const struct tk_raft_config *cfg = leader_config(s, &l);
-    if (cfg == NULL || s->replace_old >= 0 || c->n_nodes >= SIM_NODES_MAX)
+    if (cfg == NULL || c->n_nodes >= SIM_NODES_MAX)
         return;
+    if (s->replace_old >= 0) {
+        if (tk_prng_range(&s->prng, 0, 3) == 0)
+            restart_learner(s, cfg);
+        return;
+    }
     uint32_t voters = tk_raft_config_voters(cfg);
     if (!config_settled(s, cfg) || live_voters(s, cfg) - 1 < voters / 2 + 1)
         return;
     int victim = (int)tk_prng_range(&s->prng, 0, c->n_nodes - 1);
-    if (!c->nodes[victim].alive || !tk_raft_config_is_voter(cfg, c->nodes[victim].id))
+    if (!c->nodes[victim].alive || c->nodes[victim].paused ||
+        !tk_raft_config_is_voter(cfg, c->nodes[victim].id))
         return;
+    bool zombie = tk_prng_range(&s->prng, 0, 3) == 0;
     if (s->verbose)
-        fprintf(stderr, "t=%llu crash node %d\n", (unsigned long long)c->now, victim);
-    sim_crash(c, victim);
+        fprintf(stderr, "t=%llu %s node %d\n", (unsigned long long)c->now,
+                zombie ? "pause for good" : "crash", victim);
+    if (zombie) {
+        sim_pause(c, victim, true);
+        s->zombie = victim;
+        s->zombies++;
+    } else {
+        sim_crash(c, victim);
+    }
     s->crashes++;
     s->replace_old = victim;
     s->replace_new = sim_add_node(c);
+    c->nodes[s->replace_new].addr = c->nodes[victim].addr;
 }
 
 /* ------------------------------------------------------------------ */
@@ -357,6 +424,7 @@ static void scenario_setup(struct scenario *s, uint64_t seed, bool verbose)
     s->lock_mode = (seed % 4) != 0;
     s->voters0 = tk_prng_range(&s->prng, 0, 1) ? 5 : 3;
     s->replace_old = -1;
+    s->zombie = -1;
     s->nemesis_pct =
         (uint32_t)(tk_prng_range(&s->prng, 0, 2) == 0 ? 0 : tk_prng_range(&s->prng, 20, 80));
     s->nemesis_slot = -1;
@@ -449,13 +517,14 @@ static void scenario_report(struct scenario *s, uint64_t seed)
     int l = sim_leader(c);
     fprintf(stderr,
             "seed %llu: %u voters, %s mode, %llu steps, t=%.2fs, commit %llu, term %llu, "
-            "crashes %llu, replacements %llu, transfers %llu, nemesis %llu, delivered %llu, "
-            "dropped %llu\n",
+            "crashes %llu (paused %llu), replacements %llu (learner restarts %llu), transfers "
+            "%llu, nemesis %llu, delivered %llu, dropped %llu\n",
             (unsigned long long)seed, s->voters0, s->lock_mode ? "lock" : "raw",
             (unsigned long long)c->steps, (double)c->now / 1e6,
             (unsigned long long)tk_raft_commit(c->nodes[l].r),
             (unsigned long long)tk_raft_term(c->nodes[l].r), (unsigned long long)s->crashes,
-            (unsigned long long)s->replacements, (unsigned long long)s->transfers,
+            (unsigned long long)s->zombies, (unsigned long long)s->replacements,
+            (unsigned long long)s->learner_restarts, (unsigned long long)s->transfers,
             (unsigned long long)s->nemesis_hits, (unsigned long long)c->delivered,
             (unsigned long long)c->dropped);
     if (s->lock_mode && s->L.nodes[l].t != NULL) {
@@ -495,6 +564,7 @@ int main(void)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     uint64_t seeds = 0, total_steps = 0, commits = 0, grants = 0, elections = 0, snaps = 0;
+    uint64_t replacements = 0, zombies = 0, learner_restarts = 0;
     for (uint64_t seed = first; seed < first + count; seed++) {
         current_seed = seed;
         scenario_setup(s, seed, one != NULL);
@@ -506,6 +576,9 @@ int main(void)
         total_steps += s->c.steps;
         commits += s->c.committed_max;
         grants += s->L.g;
+        replacements += s->replacements;
+        zombies += s->zombies;
+        learner_restarts += s->learner_restarts;
         for (uint32_t i = 0; i < s->c.n_nodes; i++) {
             elections += tk_raft_metrics(s->c.nodes[i].r)->elections_started;
             snaps += s->c.nodes[i].snapshots_installed;
@@ -518,10 +591,13 @@ int main(void)
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf(
         "sim_raft: %llu seeds passed in %.1f s (%.1f seeds/s, %.0f steps/s): %llu steps, "
-        "%llu committed entries, %llu grants, %llu elections, %llu snapshot installs\n",
+        "%llu committed entries, %llu grants, %llu elections, %llu snapshot installs, "
+        "%llu replacements (%llu of paused members that woke up, %llu learners restarted)\n",
         (unsigned long long)seeds, secs, (double)seeds / secs, (double)total_steps / secs,
         (unsigned long long)total_steps, (unsigned long long)commits, (unsigned long long)grants,
-        (unsigned long long)elections, (unsigned long long)snaps);
+        (unsigned long long)elections, (unsigned long long)snaps,
+        (unsigned long long)replacements, (unsigned long long)zombies,
+        (unsigned long long)learner_restarts);
     free(s);
     return 0;
 }

@@ -94,6 +94,7 @@ int sim_add_node(struct sim_cluster *c)
     struct sim_node *n = &c->nodes[slot];
     memset(n, 0, sizeof(*n));
     n->slot = slot;
+    n->addr = slot + 1;
     n->id = fresh_id(c);
     struct tk_raft_options o = c->opt.raft;
     o.id = n->id;
@@ -145,8 +146,8 @@ void sim_member(const struct sim_cluster *c, int slot, uint8_t role, struct tk_r
     memset(m, 0, sizeof(*m));
     m->id = c->nodes[slot].id;
     m->role = role;
-    snprintf(m->peer_addr, sizeof(m->peer_addr), "10.0.0.%d:7401", slot + 1);
-    snprintf(m->client_addr, sizeof(m->client_addr), "10.0.0.%d:7400", slot + 1);
+    snprintf(m->peer_addr, sizeof(m->peer_addr), "10.0.0.%d:7401", c->nodes[slot].addr);
+    snprintf(m->client_addr, sizeof(m->client_addr), "10.0.0.%d:7400", c->nodes[slot].addr);
 }
 
 int sim_slot_of(const struct sim_cluster *c, uint64_t id)

@@ -78,6 +78,7 @@ struct sim_read {
 struct sim_node {
     int slot;
     uint64_t id;
+    int addr; /* its address is 10.0.0.<addr>: a restart keeps it */
     struct tk_raft *r;
     bool alive;
     bool paused;

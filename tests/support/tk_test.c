@@ -147,6 +147,22 @@ int tk_node_wait_port(struct tk_node *n, int timeout_ms)
     return -1;
 }
 
+/* A standalone node accepts connections a moment before its Raft thread
+ * has bootstrapped and applied its first entry; until then it answers
+ * `M -`. Tests of the protocol start once it serves. */
+static int wait_serving(struct tk_node *n, int timeout_ms)
+{
+    static char body[16384];
+    uint64_t end = tk_test_ms() + (uint64_t)timeout_ms;
+    do {
+        if (tk_http_get(n->port + 2, "/status", body, sizeof(body)) == 200 &&
+            strstr(body, "\"serving\":true"))
+            return 0;
+        usleep(5000);
+    } while (tk_test_ms() < end);
+    return -1;
+}
+
 int tk_node_start(struct tk_node *n, const char *const *extra_args)
 {
     for (int attempt = 0; attempt < 5; attempt++) {
@@ -155,7 +171,7 @@ int tk_node_start(struct tk_node *n, const char *const *extra_args)
             return -1;
         if (tk_node_spawn(n, extra_args) < 0)
             return -1;
-        if (tk_node_wait_port(n, 10000) == 0)
+        if (tk_node_wait_port(n, 10000) == 0 && wait_serving(n, 10000) == 0)
             return 0;
         tk_node_stop(n, SIGKILL, 2000);
         tk_node_cleanup(n); /* maybe a port race: try other ports */

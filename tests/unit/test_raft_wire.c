@@ -26,6 +26,7 @@ static void setup(void)
     memset(&CFG, 0, sizeof(CFG));
     CFG.domain_lo = 7;
     CFG.domain_hi = 8;
+    CFG.serve_after_us = 1796285189000000ull;
     CFG.n = 2;
     CFG.m[0].id = 11;
     CFG.m[0].role = TK_RAFT_VOTER;
@@ -117,7 +118,7 @@ static struct tk_wire_frame sample(uint8_t type)
             m->join.client_addr = str("10.0.0.9:7400");
             break;
         case TK_RAFT_MSG_JOIN_REPLY:
-            m->join_reply.status = TK_RAFT_JOIN_NOT_LEADER;
+            m->join_reply.status = TK_RAFT_JOIN_REMOVED;
             m->join_reply.leader_id = 99;
             m->join_reply.leader_peer_addr = str("leader:7401");
             break;
@@ -125,6 +126,7 @@ static struct tk_wire_frame sample(uint8_t type)
             m->probe.peers_hash = 0xfeed;
             m->probe.peer_addr = str("me:7401");
             m->probe.client_addr = str("me:7400");
+            m->probe.flags = TK_RAFT_PROBE_FORCE;
             break;
         case TK_RAFT_MSG_PROBE_REPLY:
             m->probe_reply.flags = TK_RAFT_PROBE_MEMBER;
@@ -132,6 +134,7 @@ static struct tk_wire_frame sample(uint8_t type)
             m->probe_reply.leader_id = 99;
             m->probe_reply.leader_peer_addr = str("leader:7401");
             m->probe_reply.leader_client_addr = str("");
+            m->probe_reply.token_next = 1796284995487521ull;
             break;
         default:
             cr_assert_fail("type");
@@ -209,6 +212,7 @@ static void assert_same(const struct tk_wire_frame *a, const struct tk_wire_fram
             cr_assert_eq(y->snapshot.config->domain_hi, 8);
             cr_assert_str_eq(y->snapshot.config->m[1].client_addr, "b:2");
             cr_assert_eq(y->snapshot.config->m[1].role, TK_RAFT_LEARNER);
+            cr_assert_eq(y->snapshot.config->serve_after_us, CFG.serve_after_us);
             break;
         case TK_RAFT_MSG_SNAPSHOT_REPLY:
             cr_assert_eq(x->snapshot_reply.index, y->snapshot_reply.index);
@@ -228,6 +232,7 @@ static void assert_same(const struct tk_wire_frame *a, const struct tk_wire_fram
             cr_assert_eq(x->probe.peers_hash, y->probe.peers_hash);
             cr_assert(str_eq(x->probe.peer_addr, y->probe.peer_addr));
             cr_assert(str_eq(x->probe.client_addr, y->probe.client_addr));
+            cr_assert_eq(x->probe.flags, y->probe.flags);
             break;
         case TK_RAFT_MSG_PROBE_REPLY:
             cr_assert_eq(x->probe_reply.flags, y->probe_reply.flags);
@@ -235,6 +240,7 @@ static void assert_same(const struct tk_wire_frame *a, const struct tk_wire_fram
             cr_assert_eq(x->probe_reply.leader_id, y->probe_reply.leader_id);
             cr_assert(str_eq(x->probe_reply.leader_peer_addr, y->probe_reply.leader_peer_addr));
             cr_assert(str_eq(x->probe_reply.leader_client_addr, y->probe_reply.leader_client_addr));
+            cr_assert_eq(x->probe_reply.token_next, y->probe_reply.token_next);
             break;
         default:
             break;
@@ -360,6 +366,13 @@ Test(raft_wire, bad_type_and_flags)
     f = sample(TK_RAFT_MSG_JOIN_REPLY);
     n = encode(&f);
     BUF[37] = 9;
+    cr_assert_eq(tk_wire_decode(BUF, n, &g, &S), TK_EPROTO);
+    BUF[37] = TK_RAFT_JOIN_REMOVED + 1;
+    cr_assert_eq(tk_wire_decode(BUF, n, &g, &S), TK_EPROTO);
+    /* Unknown flags of a probe (its last byte). */
+    f = sample(TK_RAFT_MSG_PROBE);
+    n = encode(&f);
+    BUF[n - 1] = TK_RAFT_PROBE_LEADER;
     cr_assert_eq(tk_wire_decode(BUF, n, &g, &S), TK_EPROTO);
 }
 
