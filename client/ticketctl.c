@@ -1,7 +1,8 @@
 /* ticketctl: the command-line client of Ticketing (SPEC 11, 13), built on
  * libticketing. `run` holds a lock while a command runs (like flock(1) or
  * `etcdctl lock`); acquire, release, query and ping make one request each;
- * status reads every member's admin /status (client port + 2).
+ * status reads every member's admin /status (client port + 2), and members
+ * the leader's (found through any member's).
  *
  * Output is for people by default and JSON with --json. Exit codes are
  * fixed (usage() prints them) so scripts can tell the outcomes apart.
@@ -37,19 +38,23 @@ static void usage(FILE *f)
         "  query KEY                               the committed holder and waiters\n"
         "  ping [--count N]                        round trips through the client\n"
         "  status                                  each member's admin /status\n"
+        "  members                                 every member as the leader sees it: ids,\n"
+        "        addresses, voter or learner, match index, lag, last contact; * the leader\n"
         "\n"
         "flags:\n"
         "  --addr host:port[,host:port...]   cluster addresses (env TICKETING_ADDR)\n"
         "  --secret-file PATH                client secret (env TICKETING_SECRET_FILE)\n"
         "  --owner NAME                      owner (env TICKETING_OWNER; default unique)\n"
         "  --lease D  --wait D               durations: 500ms, 30s, 2m (0 needs no unit)\n"
-        "  --timeout D                       budget of query/ping/status (default 5s)\n"
+        "  --timeout D                       budget of query, ping and each /status read\n"
+        "                                    of status/members (default 5s)\n"
         "  --grace D                         wait for an answer past --wait (default 2s)\n"
         "  --json                            machine-readable output\n"
         "  -v, --verbose                     log connection events to stderr\n"
         "\n"
         "exit codes: 0 ok (run: the command's own code), 64 usage, 80 busy, 81 timeout,\n"
-        "  82 indeterminate (do not assume the lock is held or free), 83 unavailable,\n"
+        "  82 indeterminate (do not assume the lock is held or free), 83 unavailable\n"
+        "  (status: no member answered; members: no leader known or it did not answer),\n"
         "  84 invalid, 85 lease lost during run, 86 release: not held,\n"
         "  87 release: unconfirmed, 1 other failure.\n",
         f);
@@ -515,9 +520,15 @@ static int cmd_ping(const struct ctl_opts *o, struct tk_client *c)
 
 /* ---- main ------------------------------------------------------------------------ */
 
+/* status and members read the admin /status, not the client protocol. */
+static bool admin_cmd(const char *cmd)
+{
+    return strcmp(cmd, "status") == 0 || strcmp(cmd, "members") == 0;
+}
+
 static int check_needs(const struct ctl_opts *o)
 {
-    bool needs_key = strcmp(o->cmd, "ping") != 0 && strcmp(o->cmd, "status") != 0;
+    bool needs_key = strcmp(o->cmd, "ping") != 0 && !admin_cmd(o->cmd);
     if (needs_key && o->key == NULL)
         return ctl_die_usage("%s needs a KEY", o->cmd);
     if (!needs_key && o->key != NULL)
@@ -530,14 +541,15 @@ static int check_needs(const struct ctl_opts *o)
         return ctl_die_usage("%s needs --owner (or TICKETING_OWNER): the acquirer's owner", o->cmd);
     if (o->addr == NULL || o->addr[0] == '\0')
         return ctl_die_usage("%s", "no cluster address: --addr host:port or TICKETING_ADDR");
-    if (strcmp(o->cmd, "status") != 0 && (o->secret_file == NULL || o->secret_file[0] == '\0'))
+    if (!admin_cmd(o->cmd) && (o->secret_file == NULL || o->secret_file[0] == '\0'))
         return ctl_die_usage("%s", "no secret: --secret-file PATH or TICKETING_SECRET_FILE");
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    static const char *const cmds[] = {"run", "acquire", "release", "query", "ping", "status"};
+    static const char *const cmds[] = {"run",  "acquire", "release", "query",
+                                       "ping", "status",  "members"};
     struct ctl_opts o = {
         .lease_ms = 30000, .wait_ms = 5000, .timeout_ms = 5000, .grace_ms = 2000, .count = 1};
     int rc = parse_args(&o, argc, argv);
@@ -560,8 +572,8 @@ int main(int argc, char **argv)
         return ctl_die_usage("unknown command '%s'", o.cmd);
     if ((rc = check_needs(&o)) != 0)
         return rc;
-    if (!strcmp(o.cmd, "status"))
-        return ctl_status(&o);
+    if (admin_cmd(o.cmd))
+        return ctl_status(&o); /* both: it tells them apart by o.cmd */
 
     struct tk_client *c;
     if ((rc = make_client(&o, &c)) != 0)

@@ -1,14 +1,16 @@
 /* ticketctl's internal declarations, shared by ticketctl.c (commands on
- * the library) and ticketctl_status.c (the admin /status reader). */
+ * the library), ticketctl_status.c (status, and the admin /status reader)
+ * and ticketctl_members.c (members). */
 #ifndef TK_TICKETCTL_H
 #define TK_TICKETCTL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum {
     CTL_EXIT_OK = 0,
-    CTL_EXIT_FAIL = 1,           /* anything else (fork failed, no member answered status) */
+    CTL_EXIT_FAIL = 1,           /* anything else (client not created; run: waitpid failed) */
     CTL_EXIT_USAGE = 64,         /* bad flags, missing --addr/--secret-file, bad secret */
     CTL_EXIT_BUSY = 80,          /* B: held and --wait 0, or a server bound */
     CTL_EXIT_TIMEOUT = 81,       /* T: --wait elapsed before our turn */
@@ -42,7 +44,14 @@ struct ctl_opts {
 __attribute__((format(printf, 1, 2))) int ctl_die_usage(const char *fmt, ...);
 /* A decimal u64 (digits only); false otherwise. */
 bool ctl_parse_u64(const char *s, uint64_t *v);
-/* `ticketctl status`: every address's admin /status; returns the exit code. */
+/* `ticketctl status`, or members (ctl_members) if o->cmd says so: every
+ * address's admin /status; the exit code (83 if no member answered). */
 int ctl_status(const struct ctl_opts *o);
+/* `ticketctl members`: the members as the leader's /status lists them; the exit code. */
+int ctl_members(const struct ctl_opts *o);
+/* Splits "host:port" or "[v6]:port" (len bytes of a) into host and *port; false if malformed. */
+bool ctl_split_addr(const char *a, size_t len, char *host, size_t hcap, unsigned *port);
+/* GET /status from host:port, the body (NUL-terminated) into body; the HTTP code or -1. */
+int ctl_http_status(const char *host, unsigned port, char *body, size_t cap, int timeout_ms);
 
 #endif

@@ -1,8 +1,10 @@
-/* ticketctl status: reads the admin /status (client port + 2) of every
- * configured address over plain HTTP and prints each member's role, term,
- * leader and commit index as far as the node reports them (a standalone
- * node has no cluster fields beyond its own). Needs no secret: /status is
- * the admin listener's, not the client protocol's.
+/* ticketctl status, and what it shares with members (ticketctl_members.c):
+ * both read the admin /status (client port + 2) over plain HTTP instead of
+ * the client protocol, so they need no secret.
+ *
+ * status prints each configured node's role, term, leader and commit index
+ * as far as the node reports them (a standalone node has no cluster fields
+ * beyond its own).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -16,10 +18,10 @@
 #include "client/ticketctl.h"
 #include "client/ticketing.h"
 
-/* ---- status -------------------------------------------------------------------- */
+/* ---- the admin /status, shared with members -------------------------------------- */
 
 /* Splits "host:port" or "[v6]:port"; false if malformed. */
-static bool split_addr(const char *a, size_t len, char *host, size_t hcap, unsigned *port)
+bool ctl_split_addr(const char *a, size_t len, char *host, size_t hcap, unsigned *port)
 {
     const char *colon = NULL, *h = a, *hend;
     if (len > 0 && a[0] == '[') {
@@ -82,7 +84,7 @@ static int connect_timeout(const char *host, unsigned port, int timeout_ms)
 
 /* GET /status from host:port; the body (NUL-terminated) into body.
  * Returns the HTTP status code or -1. */
-static int http_status(const char *host, unsigned port, char *body, size_t cap, int timeout_ms)
+int ctl_http_status(const char *host, unsigned port, char *body, size_t cap, int timeout_ms)
 {
     static char buf[1 << 16];
     uint64_t end = tk_client_now_us() + (uint64_t)timeout_ms * 1000u;
@@ -124,6 +126,8 @@ static int http_status(const char *host, unsigned port, char *body, size_t cap, 
         body[l - 1] = '\0';
     return code;
 }
+
+/* ---- status -------------------------------------------------------------------- */
 
 /* The value of a top-level-looking "name": field (a string without its
  * quotes, or a bare number/word); "-" if absent. Good enough for the flat
@@ -171,7 +175,7 @@ static void status_human(const char *addr, const char *admin, int code, const ch
     printf("\n");
 }
 
-int ctl_status(const struct ctl_opts *o)
+static int status_all(const struct ctl_opts *o)
 {
     static char body[1 << 16];
     const char *p = o->addr;
@@ -184,11 +188,11 @@ int ctl_status(const struct ctl_opts *o)
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char host[256], addr[300], admin[300];
         unsigned port;
-        if (!split_addr(p, len, host, sizeof host, &port) || port + 2 > 65535)
+        if (!ctl_split_addr(p, len, host, sizeof host, &port) || port + 2 > 65535)
             return ctl_die_usage("bad address in --addr '%s'", o->addr);
         snprintf(addr, sizeof addr, "%.*s", (int)len, p);
         snprintf(admin, sizeof admin, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port + 2);
-        int code = http_status(host, port + 2, body, sizeof body, (int)o->timeout_ms);
+        int code = ctl_http_status(host, port + 2, body, sizeof body, (int)o->timeout_ms);
         bool ok = code == 200 && body[0] == '{';
         answered += ok;
         if (o->json)
@@ -204,4 +208,9 @@ int ctl_status(const struct ctl_opts *o)
     if (o->json)
         printf("]\n");
     return answered > 0 ? CTL_EXIT_OK : CTL_EXIT_UNAVAILABLE;
+}
+
+int ctl_status(const struct ctl_opts *o)
+{
+    return strcmp(o->cmd, "members") == 0 ? ctl_members(o) : status_all(o);
 }

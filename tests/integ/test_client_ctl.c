@@ -2,12 +2,14 @@
  * while a command runs (mutual exclusion between concurrent runs, the
  * token in the environment, the command's exit code passed through, the
  * command stopped when the lease runs out), every outcome has its own exit
- * code, and acquire/release/query/ping/status print what scripts need.
+ * code, and acquire/release/query/ping/status/members print what scripts
+ * need; members shows the leader's view whichever member it asks.
  *
  * Method: the real ticketctl binary against a real ticketingd, run as child
  * processes with TICKETING_ADDR / TICKETING_SECRET_FILE; the indeterminate
- * case goes through tk_proxy holding the server's answers. Time bounds are
- * loose protocol deadlines only.
+ * case goes through tk_proxy holding the server's answers; members also
+ * runs against a real 3-node cluster (fast timers), healthy and with the
+ * majority killed. Time bounds are loose protocol deadlines only.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -18,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/support/tk_cluster.h"
 #include "tests/support/tk_proxy.h"
 #include "tests/support/tk_test.h"
 
@@ -33,10 +36,29 @@ static char env_secret[400];
 static void setup(void)
 {
     static const char *const args[] = {"--threads", "2", NULL};
+    static char body[1 << 16];
     cr_assert_eq(tk_node_start(&node, args), 0, "ticketingd did not start");
+    /* An open port is not yet a leader: until the node has elected itself
+     * it answers M, which would fail hold() (seen under ASan). */
+    bool serving = false;
+    for (int k = 0; k < 500 && !serving; k++) {
+        serving = tk_http_get(node.port + 2, "/status", body, sizeof body) == 200 &&
+                  strstr(body, "\"serving\":true") != NULL;
+        if (!serving)
+            usleep(20000);
+    }
+    cr_assert(serving, "ticketingd does not serve: %s", body);
     cr_assert(mkdtemp(dir) != NULL);
     snprintf(env_addr, sizeof env_addr, "TICKETING_ADDR=127.0.0.1:%u", node.port);
     snprintf(env_secret, sizeof env_secret, "TICKETING_SECRET_FILE=%s", node.secret_file);
+}
+
+static void remove_dir(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }
 
 static void teardown(void)
@@ -44,10 +66,26 @@ static void teardown(void)
     if (node.pid > 0)
         tk_node_stop(&node, SIGTERM, 10000);
     tk_node_cleanup(&node);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    remove_dir();
+}
+
+/* The members tests' cluster, in its own suite: the standalone node above
+ * is not needed there. */
+static struct tk_cluster cl;
+
+static void setup_cluster(void)
+{
+    static const char *const fast[] = {"--heartbeat-ms", "50", "--election-ms", "400", NULL};
+    cr_assert(mkdtemp(dir) != NULL);
+    cr_assert_eq(tk_cluster_start(&cl, 3, fast), 0, "the cluster did not elect a leader");
+    snprintf(env_addr, sizeof env_addr, "TICKETING_ADDR=127.0.0.1:%u", cl.node[0].port);
+    snprintf(env_secret, sizeof env_secret, "TICKETING_SECRET_FILE=%s", cl.node[0].secret_file);
+}
+
+static void teardown_cluster(void)
+{
+    tk_cluster_stop(&cl);
+    remove_dir();
 }
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -232,6 +270,7 @@ Test(ctl, outcomes_have_their_exit_codes)
     expect_exit(ARGS(closed, "acquire", "k", "--wait", "0"), NULL, 83);
     expect_exit(ARGS(closed, "ping", "--timeout", "300ms"), NULL, 83);
     expect_exit(ARGS(closed, "status", "--timeout", "300ms"), NULL, 83);
+    expect_exit(ARGS(closed, "members", "--timeout", "300ms"), NULL, 83);
 }
 
 Test(ctl, usage_errors_exit_64)
@@ -249,6 +288,10 @@ Test(ctl, usage_errors_exit_64)
     expect_exit(ARGS("ping"), ARGS("TICKETING_ADDR"), 64);
     expect_exit(ARGS("ping"), ARGS("TICKETING_SECRET_FILE"), 64);
     expect_exit(ARGS("ping", "--secret-file", "/nonexistent"), NULL, 64);
+    expect_exit(ARGS("members", "extra"), NULL, 64);
+    expect_exit(ARGS("members"), ARGS("TICKETING_ADDR"), 64);
+    expect_exit(ARGS("members", "--addr", "127.0.0.1"), NULL, 64);
+    expect_exit(ARGS("members", "--addr", "127.0.0.1:1,nonsense"), NULL, 64);
     expect_exit(ARGS("--help"), NULL, 0);
 }
 
@@ -301,4 +344,145 @@ Test(ctl, ping_and_status)
     cr_assert(strstr(out, "role=") != NULL && strstr(out, "commit_index=") != NULL, "%s", out);
     cr_assert_eq(ctl(ARGS("status", "--json"), NULL, &out), 0, "%s", out);
     cr_assert(strstr(out, "\"ok\":true") != NULL && strstr(out, "\"role\"") != NULL, "%s", out);
+}
+
+/* ---- members --------------------------------------------------------------------- */
+
+struct row {
+    bool leader; /* marked '*' */
+    char id[32];
+    char role[16];
+    char match[32];
+};
+
+/* The member lines of `ticketctl members` (header and stderr lines skipped). */
+static int member_rows(const char *out, struct row *rows, int max)
+{
+    int n = 0;
+    for (const char *l = out; *l != '\0' && n < max;) {
+        size_t len = strcspn(l, "\n");
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)len, l);
+        struct row *r = &rows[n];
+        r->leader = line[0] == '*';
+        if ((line[0] == '*' || line[0] == ' ') && line[1] == ' ' &&
+            sscanf(line + 2, "%31s %*s %*s %15s %31s", r->id, r->role, r->match) == 3 &&
+            strcmp(r->id, "NODE-ID") != 0)
+            n++;
+        l += len + (l[len] == '\n');
+    }
+    return n;
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* The "node_id" of a /status body. */
+static void status_id(const char *body, char *id, size_t cap)
+{
+    const char *p = strstr(body, "\"node_id\":\"");
+    cr_assert(p != NULL, "no node_id in %s", body);
+    p += strlen("\"node_id\":\"");
+    snprintf(id, cap, "%.*s", (int)strcspn(p, "\""), p);
+}
+
+Test(ctl, members_of_a_standalone_node_lists_itself_as_leader)
+{
+    static char body[1 << 16];
+    char id[32], *out;
+    struct row rows[8];
+    cr_assert_eq(tk_http_get(node.port + 2, "/status", body, sizeof body), 200);
+    status_id(body, id, sizeof id);
+    /* No secret needed: members reads the admin port. */
+    cr_assert_eq(ctl(ARGS("members"), ARGS("TICKETING_SECRET_FILE"), &out), 0, "%s", out);
+    cr_assert_eq(member_rows(out, rows, 8), 1, "%s", out);
+    cr_assert(rows[0].leader, "%s", out);
+    cr_assert_str_eq(rows[0].id, id, "%s", out);
+    cr_assert_str_eq(rows[0].role, "voter", "%s", out);
+    cr_assert_eq(ctl(ARGS("members", "--json"), NULL, &out), 0, "%s", out);
+    cr_assert_eq(strncmp(out, "[{\"id\":\"", 8), 0, "%s", out);
+    cr_assert_eq(count(out, "\"id\":"), 1, "%s", out);
+    cr_assert_eq(count(out, "\"leader\":true"), 1, "%s", out);
+    cr_assert(strstr(out, "}]\n") != NULL, "%s", out);
+}
+
+TestSuite(ctl_members, .init = setup_cluster, .fini = teardown_cluster, .timeout = 180);
+
+Test(ctl_members, asked_at_a_follower_lists_the_leaders_view)
+{
+    static char body[1 << 16], ids[3][32], out[1 << 16];
+    char leader[32], addr[64], want[80], *text;
+    struct row rows[8];
+    int l = tk_cluster_leader(&cl, 5000, 0), f;
+    cr_assert_geq(l, 0);
+    f = (l + 1) % 3;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(tk_cluster_status(&cl, i, body, sizeof body), 200);
+        status_id(body, ids[i], sizeof ids[i]);
+    }
+    snprintf(leader, sizeof leader, "%s", ids[l]);
+    snprintf(addr, sizeof addr, "--addr=127.0.0.1:%u", cl.node[f].port);
+
+    cr_assert_eq(ctl(ARGS("members", addr), NULL, &text), 0, "%s", text);
+    snprintf(out, sizeof out, "%s", text);
+    cr_assert_eq(member_rows(out, rows, 8), 3, "%s", out);
+    int marked = 0;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_str_eq(rows[i].role, "voter", "%s", out);
+        cr_assert(!strcmp(rows[i].id, ids[0]) || !strcmp(rows[i].id, ids[1]) ||
+                      !strcmp(rows[i].id, ids[2]),
+                  "unknown member %s:\n%s", rows[i].id, out);
+        if (!rows[i].leader)
+            continue;
+        marked++;
+        cr_assert_str_eq(rows[i].id, leader, "%s", out);
+        /* The leader's own match index is its last index (>= 1 after the
+         * bootstrap entry); a follower's /status has no match to show, so
+         * a number here means the leader was asked. */
+        cr_assert(atoi(rows[i].match) >= 1, "not the leader's view:\n%s", out);
+    }
+    cr_assert_eq(marked, 1, "%s", out);
+
+    cr_assert_eq(ctl(ARGS("members", addr, "--json"), NULL, &text), 0, "%s", text);
+    cr_assert_eq(strncmp(text, "[{\"id\":\"", 8), 0, "%s", text);
+    cr_assert(strstr(text, "}]\n") != NULL, "%s", text);
+    cr_assert_eq(count(text, "\"id\":"), 3, "%s", text);
+    cr_assert_eq(count(text, "\"role\":\"voter\""), 3, "%s", text);
+    cr_assert_eq(count(text, "\"leader\":true"), 1, "%s", text);
+    snprintf(want, sizeof want, "\"id\":\"%s\",\"leader\":true", leader);
+    cr_assert(strstr(text, want) != NULL, "%s", text);
+}
+
+Test(ctl_members, without_a_leader_lists_what_a_node_knows_and_exits_83)
+{
+    static char body[1 << 16];
+    char addr[64], *out;
+    struct row rows[8];
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    int gone = (l + 1) % 3, left = (l + 2) % 3;
+    tk_node_stop(&cl.node[l], SIGKILL, 3000);
+    tk_node_stop(&cl.node[gone], SIGKILL, 3000);
+    /* The survivor forgets the leader at its next election timeout. */
+    bool forgot = false;
+    for (int k = 0; k < 250 && !forgot; k++) {
+        forgot = tk_cluster_status(&cl, left, body, sizeof body) == 200 &&
+                 strstr(body, "\"leader\":\"0000000000000000\"") != NULL;
+        if (!forgot)
+            usleep(20000);
+    }
+    cr_assert(forgot, "the survivor still names a leader: %s", body);
+    snprintf(addr, sizeof addr, "--addr=127.0.0.1:%u", cl.node[left].port);
+    cr_assert_eq(ctl(ARGS("members", addr, "--timeout", "1s"), NULL, &out), 83, "%s", out);
+    cr_assert(strstr(out, "no leader known") != NULL, "%s", out);
+    cr_assert_eq(member_rows(out, rows, 8), 3, "%s", out);
+    for (int i = 0; i < 3; i++) {
+        cr_assert(!rows[i].leader, "%s", out);
+        cr_assert_str_eq(rows[i].match, "-", "only the leader knows match:\n%s", out);
+    }
 }
