@@ -225,6 +225,60 @@ static void on_join(struct tk_raftd *r, struct tk_plink *l, const struct tk_raft
     send_join_reply(r, l, m->from, status);
 }
 
+/* Leader: an operator removes a member that is gone for good (ticketctl
+ * remove-member, authenticated by the peer secret like every peer link).
+ * A member heard from within an election timeout is alive: refused, so a
+ * typo cannot take a live voter out. */
+static void on_remove(struct tk_raftd *r, struct tk_plink *l, const struct tk_raft_msg *m)
+{
+    const struct tk_raft_config *c = tk_raft_config(r->core);
+    if (tk_raft_role(r->core) != TK_RAFT_LEADER || !c || !r->leader_ready) {
+        send_join_reply(r, l, m->from, TK_RAFT_JOIN_NOT_LEADER);
+        return;
+    }
+    uint64_t id = m->remove.id;
+    const struct tk_raft_member *mb = tk_raft_config_find(c, id);
+    if (!mb) {
+        send_join_reply(r, l, m->from, TK_RAFT_JOIN_OK); /* gone already */
+        return;
+    }
+    struct tk_raft_update up;
+    if (id == r->s->node_id) {
+        /* The leader cannot remove itself: another leader will. */
+        tk_log(TK_LOG_INFO, "asked to remove this leader; handing leadership over first");
+        int rc = tk_raft_transfer(r->core, 0, r->now, &up);
+        raftd_process(r, rc, &up);
+        send_join_reply(r, l, m->from, TK_RAFT_JOIN_RETRY);
+        return;
+    }
+    struct tk_raft_status st;
+    tk_raft_status(r->core, &st);
+    uint64_t heard = 0;
+    for (uint32_t i = 0; i < st.n_members; i++)
+        if (st.members[i].id == id)
+            heard = st.members[i].last_heard_us;
+    uint64_t alive_us = (uint64_t)r->s->opt.election_ms * 1000u;
+    bool alive = heard && r->now - heard < alive_us;
+    uint32_t voters = tk_raft_config_voters(c);
+    if (alive || (mb->role == TK_RAFT_VOTER && voters <= 1)) {
+        tk_log(TK_LOG_WARN, "removal of %016llx refused: %s", (unsigned long long)id,
+               alive ? "it answered within an election timeout" : "it is the last voter");
+        send_join_reply(r, l, m->from, TK_RAFT_JOIN_REFUSED);
+        return;
+    }
+    struct tk_raft_member gone = *mb;
+    int rc = tk_raft_change(r->core, TK_RAFT_REMOVE, &gone, r->now, &up);
+    if (rc == TK_OK) {
+        tk_log(TK_LOG_WARN, "removing %016llx at %s on an operator's request (index %llu)",
+               (unsigned long long)id, gone.peer_addr, (unsigned long long)up.index);
+        atomic_fetch_add(&r->m_changes, 1);
+    }
+    raftd_process(r, rc, &up);
+    send_join_reply(r, l, m->from, rc == TK_OK                                 ? TK_RAFT_JOIN_OK
+                                   : rc == TK_EFULL || rc == TK_ENOTLEADER ? TK_RAFT_JOIN_RETRY
+                                                                           : TK_RAFT_JOIN_REFUSED);
+}
+
 /* A fresh node or a learner: what the leader said of our Join; a member:
  * the leader says we are no longer one. */
 static void on_join_reply(struct tk_raftd *r, const struct tk_wire_frame *f)
@@ -291,6 +345,9 @@ void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f
             return;
         case TK_RAFT_MSG_JOIN_REPLY:
             on_join_reply(r, f);
+            return;
+        case TK_RAFT_MSG_REMOVE:
+            on_remove(r, l, &f->msg);
             return;
         default:
             break;

@@ -198,8 +198,9 @@ enum tk_raft_msg_type {
     TK_RAFT_MSG_JOIN_REPLY = 10,
     TK_RAFT_MSG_PROBE = 11,
     TK_RAFT_MSG_PROBE_REPLY = 12,
+    TK_RAFT_MSG_REMOVE = 13, /* an operator (ticketctl) asks the leader to drop a member */
 };
-#define TK_RAFT_MSG_TYPE_MAX 12
+#define TK_RAFT_MSG_TYPE_MAX 13
 
 /* A string that points into someone else's buffer (not NUL-terminated). */
 struct tk_raft_str {
@@ -214,6 +215,11 @@ enum tk_raft_join_status {
     TK_RAFT_JOIN_REFUSED = 3,    /* e.g. membership full */
     TK_RAFT_JOIN_REMOVED = 4,    /* from a leader: the receiver is not in its configuration */
 };
+/* JOIN_REPLY also answers REMOVE: OK (removal appended, or not a member),
+ * NOT_LEADER, RETRY (a change is in flight, or the leader hands over
+ * because it is the one to go), REFUSED (the member was heard from within
+ * an election timeout: it is alive, and removing it is not for this
+ * command). */
 
 #define TK_RAFT_PROBE_MEMBER 0x01u /* the replier belongs to a domain */
 #define TK_RAFT_PROBE_LEADER 0x02u /* the replier is the leader */
@@ -278,6 +284,9 @@ struct tk_raft_msg {
             struct tk_raft_str client_addr;
             uint8_t flags; /* TK_RAFT_PROBE_FORCE */
         } probe;
+        struct {         /* REMOVE */
+            uint64_t id; /* the member to remove */
+        } remove;
         struct {           /* PROBE_REPLY; the frame header carries the domain */
             uint8_t flags; /* TK_RAFT_PROBE_* */
             uint64_t peers_hash;

@@ -90,6 +90,8 @@ static size_t payload_len(const struct tk_raft_msg *m)
         case TK_RAFT_MSG_PROBE_REPLY:
             return 29 + (size_t)m->probe_reply.leader_peer_addr.len +
                    m->probe_reply.leader_client_addr.len;
+        case TK_RAFT_MSG_REMOVE:
+            return 8;
         default:
             TK_ASSERT(false);
             return 0;
@@ -189,6 +191,9 @@ static void encode_payload(struct wbuf *w, const struct tk_raft_msg *m)
             w_str(w, m->probe_reply.leader_peer_addr);
             w_str(w, m->probe_reply.leader_client_addr);
             w_u64(w, m->probe_reply.token_next);
+            break;
+        case TK_RAFT_MSG_REMOVE:
+            w_u64(w, m->remove.id);
             break;
         default:
             TK_ASSERT(false);
@@ -426,6 +431,11 @@ static void decode_payload(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire
             m->probe_reply.leader_client_addr = r_str(r, true);
             m->probe_reply.token_next = r_u64(r);
             if (m->probe_reply.flags & ~(TK_RAFT_PROBE_MEMBER | TK_RAFT_PROBE_LEADER))
+                r->bad = true;
+            break;
+        case TK_RAFT_MSG_REMOVE:
+            m->remove.id = r_u64(r);
+            if (m->remove.id == 0)
                 r->bad = true;
             break;
         default:

@@ -26,6 +26,7 @@
  *  11 PROBE:             u64 peers_hash | str peer_addr | str client_addr | u8 flags
  *  12 PROBE_REPLY:       u8 flags | u64 peers_hash | u64 leader_id |
  *                        str leader_peer_addr | str leader_client_addr | u64 token_next
+ *  13 REMOVE:            u64 id (non-zero; answered with JOIN_REPLY)
  * Strings of JOIN/PROBE are visible ASCII of at most TK_RAFT_ADDR_MAX bytes;
  * JOIN's and PROBE's own addresses are non-empty, a leader's may be empty
  * (unknown). A fresh node (no domain yet) sends domain 0:0.

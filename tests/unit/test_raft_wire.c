@@ -136,6 +136,9 @@ static struct tk_wire_frame sample(uint8_t type)
             m->probe_reply.leader_client_addr = str("");
             m->probe_reply.token_next = 1796284995487521ull;
             break;
+        case TK_RAFT_MSG_REMOVE:
+            m->remove.id = 0x1234567890abcdefull;
+            break;
         default:
             cr_assert_fail("type");
     }
@@ -241,6 +244,9 @@ static void assert_same(const struct tk_wire_frame *a, const struct tk_wire_fram
             cr_assert(str_eq(x->probe_reply.leader_peer_addr, y->probe_reply.leader_peer_addr));
             cr_assert(str_eq(x->probe_reply.leader_client_addr, y->probe_reply.leader_client_addr));
             cr_assert_eq(x->probe_reply.token_next, y->probe_reply.token_next);
+            break;
+        case TK_RAFT_MSG_REMOVE:
+            cr_assert_eq(x->remove.id, y->remove.id);
             break;
         default:
             break;
@@ -373,6 +379,11 @@ Test(raft_wire, bad_type_and_flags)
     f = sample(TK_RAFT_MSG_PROBE);
     n = encode(&f);
     BUF[n - 1] = TK_RAFT_PROBE_LEADER;
+    cr_assert_eq(tk_wire_decode(BUF, n, &g, &S), TK_EPROTO);
+    /* A removal of NodeId 0. */
+    f = sample(TK_RAFT_MSG_REMOVE);
+    n = encode(&f);
+    memset(BUF + n - 8, 0, 8);
     cr_assert_eq(tk_wire_decode(BUF, n, &g, &S), TK_EPROTO);
 }
 
