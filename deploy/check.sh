@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
 # Checks the Kubernetes manifests in deploy/ without a cluster:
-#  - every *.yaml parses (PyYAML) and every object has apiVersion, kind and
-#    metadata.name;
-#  - every ticketingd flag the manifests use, as an argument (--flag[=v]) or
-#    as an environment variable (TICKETING_FLAG), exists in
-#    `ticketingd --help`;
-#  - the pieces fit together: the StatefulSet's serviceName is a headless
-#    Service with publishNotReadyAddresses; replicas is 3 or 5 and --peers
-#    lists exactly the pods' stable names; pods start in parallel; probes hit
-#    /readyz and /healthz on the admin port; the secret files are mounted
-#    from Secrets; the PodDisruptionBudget allows one pod down and selects
-#    the pods; kustomization.yaml lists files that exist;
-#  - `kubectl kustomize` renders the directory, where kubectl exists.
+#  - every *.yaml under deploy/ parses (PyYAML) and every object has
+#    apiVersion, kind and metadata.name;
+#  - deploy/ (which includes base/) and every overlay in deploy/overlays/
+#    render: the script applies their kustomization.yaml itself (kubectl may
+#    be absent), as kustomize does for what they use: resources,
+#    replicas, and strategic-merge patches (maps merged, containers merged
+#    by name, lists of strings replaced). Anything else (another
+#    kustomization field, a patch that merges another list of objects,
+#    whose order kustomize may change) fails the check rather than being
+#    guessed at;
+#  - on each rendering: every ticketingd flag used, as an argument
+#    (--flag[=v]) or an environment variable (TICKETING_FLAG), exists in
+#    `ticketingd --help`; TICKETING_FORCE_NEW_DOMAIN is never in the pod
+#    template; the StatefulSet's serviceName is a headless Service with
+#    publishNotReadyAddresses; replicas is 3 or 5 and --peers lists exactly
+#    the pods' stable names; pods start in parallel; updates roll
+#    (RollingUpdate, no partition); a startupProbe (generous) and a lenient
+#    livenessProbe GET /healthz and the readinessProbe GETs /readyz on the
+#    admin port; a preStop hook exists, can run in the image, and
+#    terminationGracePeriodSeconds covers it plus the 3 s leadership
+#    handover; envFrom ConfigMaps are optional; the secret files are
+#    mounted from Secrets; the PodDisruptionBudget has maxUnavailable: 1
+#    and selects the pods;
+#  - the base has 3 replicas and overlays/five-members has 5, with 5
+#    addresses in --peers;
+#  - the recovery command of deploy/README.md (kubectl create configmap)
+#    names the ConfigMap the pods read and a real ticketingd flag;
+#  - where kubectl exists (on PATH, or named by $KUBECTL): `kubectl
+#    kustomize` renders deploy/ and each overlay, to the same objects as the
+#    script's own rendering.
 #
 # Usage: deploy/check.sh [BUILD_DIR]   (default: build; needs BUILD_DIR/ticketingd)
+#        KUBECTL=/path/to/kubectl deploy/check.sh BUILD_DIR
 # Exit: 0 pass, 1 fail, 77 skip (no ticketingd binary, or no Python with PyYAML).
 set -euo pipefail
 
@@ -40,11 +59,29 @@ fi
 
 help=$("$bin" --help)
 
-"$py" - "$here" "$help" <<'PY'
-import glob, os, re, sys
+# kubectl's renderings, when there is a kubectl, for the comparison below.
+kubectl=${KUBECTL:-$(command -v kubectl || true)}
+kdir=""
+if [ -n "$kubectl" ]; then
+  kdir=$(mktemp -d)
+  trap 'rm -rf "$kdir"' EXIT
+  for d in "$here" "$here"/overlays/*/; do
+    [ -f "$d/kustomization.yaml" ] || continue
+    d=${d%/}
+    name=${d#"$here"}
+    name=deploy${name:-}
+    if ! "$kubectl" kustomize "$d" >"$kdir/$(echo "$name" | tr / _).yaml"; then
+      echo "deploy/check.sh: FAIL: kubectl kustomize $name"
+      exit 1
+    fi
+  done
+fi
+
+"$py" - "$here" "$help" "$kdir" <<'PY'
+import copy, glob, json, os, re, sys
 import yaml
 
-deploy, help_text = sys.argv[1], sys.argv[2]
+deploy, help_text, kdir = sys.argv[1], sys.argv[2], sys.argv[3]
 flags = set(re.findall(r"^\s+--([a-z][a-z0-9-]*)\s", help_text, re.M))
 errors, checks = [], 0
 
@@ -53,166 +90,359 @@ def check(cond, msg):
     checks += 1
     if not cond:
         errors.append(msg)
+    return bool(cond)
+
+def rel(path):
+    return os.path.relpath(path, os.path.dirname(deploy))
 
 check(len(flags) >= 20, "could not read the flags from ticketingd --help")
 
-docs = {}  # (kind, name) -> object
-for path in sorted(glob.glob(os.path.join(deploy, "*.yaml"))):
-    fname = os.path.basename(path)
+# --- every YAML file parses ---------------------------------------------------
+for path in sorted(glob.glob(os.path.join(deploy, "**", "*.yaml"), recursive=True)):
     try:
         with open(path) as f:
             objs = [o for o in yaml.safe_load_all(f) if o is not None]
     except yaml.YAMLError as e:
-        errors.append(f"{fname}: does not parse: {e}")
+        errors.append(f"{rel(path)}: does not parse: {e}")
         continue
-    check(objs, f"{fname}: no YAML documents")
+    check(objs, f"{rel(path)}: no YAML documents")
     for o in objs:
         ok = isinstance(o, dict) and "apiVersion" in o and "kind" in o
-        check(ok, f"{fname}: a document without apiVersion/kind")
-        if not ok:
-            continue
-        if o["kind"] == "Kustomization":
-            docs[("Kustomization", fname)] = o
-            continue
-        name = (o.get("metadata") or {}).get("name")
-        check(bool(name), f"{fname}: {o['kind']} without metadata.name")
-        docs[(o["kind"], name)] = (o, fname)
+        check(ok, f"{rel(path)}: a document without apiVersion/kind")
+        if ok and o["kind"] != "Kustomization":
+            check((o.get("metadata") or {}).get("name"),
+                  f"{rel(path)}: {o['kind']} without metadata.name")
 
-def get(kind, name):
-    v = docs.get((kind, name))
-    check(v is not None, f"no {kind} {name}")
-    return v[0] if v else {}
+# --- a kustomize subset --------------------------------------------------------
+class Unsupported(Exception):
+    pass
 
-# --- flags used by the manifests exist ------------------------------------
+# Strategic-merge keys of the lists of objects a patch may merge. Only
+# containers: kustomize may reorder a merged list (it moved a patched env
+# entry to the front, which breaks $(VAR) references), and a container list
+# of one cannot be reordered.
+MERGE_KEYS = {"containers": "name"}
+
+def smp(dst, src, where):
+    for k, v in src.items():
+        if k.startswith("$"):
+            raise Unsupported(f"{where}.{k}: patch directives are not supported here")
+        if v is None:
+            dst.pop(k, None)
+        elif isinstance(v, dict) and isinstance(dst.get(k), dict):
+            smp(dst[k], v, f"{where}.{k}")
+        elif isinstance(v, list) and any(isinstance(e, dict) for e in v):
+            key = MERGE_KEYS.get(k)
+            if key is None:
+                raise Unsupported(f"{where}.{k}: check.sh does not merge this list")
+            cur = dst.setdefault(k, [])
+            for e in v:
+                m = next((c for c in cur if c.get(key) == e.get(key)), None)
+                if m is None:
+                    cur.append(copy.deepcopy(e))
+                else:
+                    smp(m, e, f"{where}.{k}[{e.get(key)}]")
+        else:
+            dst[k] = copy.deepcopy(v)
+
+def render(d, depth=0):
+    if depth > 8:
+        raise Unsupported(f"{rel(d)}: resources nest too deep")
+    kpath = os.path.join(d, "kustomization.yaml")
+    with open(kpath) as f:
+        k = yaml.safe_load(f) or {}
+    unknown = set(k) - {"apiVersion", "kind", "resources", "replicas", "patches"}
+    if unknown:
+        raise Unsupported(f"{rel(kpath)}: fields check.sh cannot render: {sorted(unknown)}")
+    objs = []
+    for r in k.get("resources") or []:
+        p = os.path.normpath(os.path.join(d, r))
+        if os.path.isdir(p):
+            objs += render(p, depth + 1)
+        elif os.path.isfile(p):
+            with open(p) as f:
+                objs += [o for o in yaml.safe_load_all(f) if o is not None]
+        else:
+            raise Unsupported(f"{rel(kpath)}: resource {r} does not exist")
+    for pt in k.get("patches") or []:
+        if set(pt) - {"path", "target"} or set(pt.get("target") or {}) - {"kind", "name"}:
+            raise Unsupported(f"{rel(kpath)}: only patches with path and target kind/name")
+        with open(os.path.join(d, pt["path"])) as f:
+            docs = [o for o in yaml.safe_load_all(f) if o is not None]
+        if len(docs) != 1:
+            raise Unsupported(f"{rel(kpath)}: patch {pt['path']} must hold one document")
+        patch = docs[0]
+        tgt = pt.get("target") or {"kind": patch.get("kind"),
+                                   "name": (patch.get("metadata") or {}).get("name")}
+        hits = [o for o in objs if o.get("kind") == tgt.get("kind")
+                and (o.get("metadata") or {}).get("name") == tgt.get("name")]
+        if len(hits) != 1:
+            raise Unsupported(f"{rel(kpath)}: patch {pt['path']} matches {len(hits)} objects")
+        smp(hits[0], {x: y for x, y in patch.items() if x not in ("apiVersion", "kind")},
+            pt["path"])
+    for rp in k.get("replicas") or []:
+        hits = [o for o in objs if o.get("kind") in ("Deployment", "StatefulSet", "ReplicaSet")
+                and (o.get("metadata") or {}).get("name") == rp.get("name")]
+        if len(hits) != 1 or not isinstance(rp.get("count"), int):
+            raise Unsupported(f"{rel(kpath)}: replicas entry {rp} matches {len(hits)} objects")
+        hits[0].setdefault("spec", {})["replicas"] = rp["count"]
+    return objs
+
+# --- the Dockerfile's runtime stage (what a preStop exec can run) --------------
+runtime_from = ""
+try:
+    with open(os.path.join(deploy, "Dockerfile")) as f:
+        froms = re.findall(r"^FROM\s+(\S+)", f.read(), re.M | re.I)
+    runtime_from = froms[-1] if froms else ""
+except OSError:
+    pass
+
 def flag_of_arg(a):
     m = re.match(r"^--([a-z][a-z0-9-]*)(=|$)", a)
     return m.group(1) if m else None
 
-containers = []
-for (kind, name), v in docs.items():
-    if kind in ("StatefulSet", "Deployment", "DaemonSet", "Pod", "Job"):
-        o = v[0]
-        spec = o["spec"]["template"]["spec"] if kind != "Pod" else o["spec"]
-        for c in spec.get("containers", []):
-            containers.append((name, c, spec))
+def env_flag(n):
+    return n[len("TICKETING_"):].lower().replace("_", "-")
 
-used = []
-for sts, c, _ in containers:
-    for a in (c.get("command") or [])[1:] + (c.get("args") or []):
-        f = flag_of_arg(str(a))
-        if f:
-            used.append((f, f"{sts}: argument {a}"))
-    for e in c.get("env") or []:
-        n = e.get("name", "")
-        if n.startswith("TICKETING_"):
-            used.append((n[len("TICKETING_"):].lower().replace("_", "-"), f"{sts}: env {n}"))
-check(used, "the manifests use no ticketingd flag at all")
-for f, where in used:
-    check(f in flags, f"{where}: --{f} is not a ticketingd flag (see ticketingd --help)")
+# --- the checks of one rendering ------------------------------------------------
+def check_render(label, objs, want_replicas):
+    def ck(cond, msg):
+        return check(cond, f"{label}: {msg}")
 
-# --- the StatefulSet and its Services fit together -------------------------
-sts = get("StatefulSet", "ticketing")
-spec = sts.get("spec", {})
-pod = spec.get("template", {}).get("spec", {})
-labels = spec.get("template", {}).get("metadata", {}).get("labels", {})
-sel = spec.get("selector", {}).get("matchLabels", {})
-check(sel and all(labels.get(k) == v for k, v in sel.items()),
-      "StatefulSet selector does not match its pod labels")
-replicas = spec.get("replicas")
-check(replicas in (3, 5), f"StatefulSet replicas is {replicas}, must be 3 or 5")
-check(spec.get("podManagementPolicy") == "Parallel",
-      "podManagementPolicy must be Parallel (bootstrap needs every pod up at once)")
+    byname = {}
+    for o in objs:
+        byname[(o.get("kind"), (o.get("metadata") or {}).get("name"))] = o
 
-headless = get("Service", spec.get("serviceName", ""))
-hs = headless.get("spec", {})
-check(hs.get("clusterIP") == "None", "the StatefulSet's serviceName must be a headless Service")
-check(hs.get("publishNotReadyAddresses") is True,
-      "the headless Service needs publishNotReadyAddresses: true")
-check(all(labels.get(k) == v for k, v in (hs.get("selector") or {}).items()) and hs.get("selector"),
-      "the headless Service does not select the pods")
+    def get(kind, name):
+        v = byname.get((kind, name))
+        ck(v is not None, f"no {kind} {name}")
+        return v or {}
 
-c = next((c for n, c, _ in containers if n == "ticketing"), {})
-args = {}
-for a in c.get("args") or []:
-    m = re.match(r"^--([a-z-]+)=(.*)$", str(a))
-    if m:
-        args[m.group(1)] = m.group(2)
-env = {e["name"]: e.get("value") for e in c.get("env") or []}
-ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
-client_port = int(args.get("port", env.get("TICKETING_PORT") or 7400))
-peer_port = int(args.get("peer-port", env.get("TICKETING_PEER_PORT") or client_port + 1))
-admin_port = int(args.get("admin-port", env.get("TICKETING_ADMIN_PORT") or client_port + 2))
-check(ports == {"client": client_port, "peer": peer_port, "admin": admin_port},
-      f"container ports {ports} do not match client/peer/admin {client_port}/{peer_port}/{admin_port}")
-svc_dom = f"{spec.get('serviceName')}.$(POD_NAMESPACE).svc"
-check(str(env.get("PEER_DOMAIN", "")).startswith(svc_dom),
-      f"PEER_DOMAIN should start with {svc_dom}")
-peers = (args.get("peers") or env.get("TICKETING_PEERS") or "").split(",")
-want = [f"{sts['metadata']['name']}-{i}.$(PEER_DOMAIN):{peer_port}" for i in range(replicas or 0)]
-check(peers == want, f"--peers is {peers}, expected {want}")
-check(args.get("advertise") == f"$(POD_NAME).$(PEER_DOMAIN):{client_port}",
-      "--advertise must be $(POD_NAME).$(PEER_DOMAIN):<client port>")
-names = [e["name"] for e in c.get("env") or []]
-for var in ("POD_NAME", "POD_NAMESPACE", "PEER_DOMAIN"):
-    check(var in names, f"env {var} missing")
-check(names.index("POD_NAMESPACE") < names.index("PEER_DOMAIN") if
-      {"POD_NAMESPACE", "PEER_DOMAIN"} <= set(names) else False,
-      "POD_NAMESPACE must be defined before PEER_DOMAIN uses it")
+    # Flags used by the containers exist.
+    containers = []
+    for o in objs:
+        if o.get("kind") in ("StatefulSet", "Deployment", "DaemonSet", "Job"):
+            ps = o["spec"]["template"]["spec"]
+        elif o.get("kind") == "Pod":
+            ps = o["spec"]
+        else:
+            continue
+        for c in ps.get("containers", []):
+            containers.append((o["metadata"]["name"], c, ps))
+    used = []
+    for owner, c, _ in containers:
+        for a in (c.get("command") or [])[1:] + (c.get("args") or []):
+            f = flag_of_arg(str(a))
+            if f:
+                used.append((f, f"{owner}: argument {a}"))
+        for e in c.get("env") or []:
+            n = e.get("name", "")
+            if n.startswith("TICKETING_"):
+                used.append((env_flag(n), f"{owner}: env {n}"))
+    ck(used, "the manifests use no ticketingd flag at all")
+    for f, where in used:
+        ck(f in flags, f"{where}: --{f} is not a ticketingd flag (see ticketingd --help)")
+    ck(not any(f == "force-new-domain" for f, _ in used),
+       "--force-new-domain must never be in the pod template (README, majority loss)")
 
-rp = c.get("readinessProbe", {}).get("httpGet", {})
-lp = c.get("livenessProbe", {}).get("httpGet", {})
-check(rp.get("path") == "/readyz" and rp.get("port") in ("admin", admin_port),
-      "readinessProbe must GET /readyz on the admin port")
-check(lp.get("path") == "/healthz" and lp.get("port") in ("admin", admin_port),
-      "livenessProbe must GET /healthz on the admin port")
+    sts = get("StatefulSet", "ticketing")
+    spec = sts.get("spec", {})
+    pod = spec.get("template", {}).get("spec", {})
+    labels = spec.get("template", {}).get("metadata", {}).get("labels", {})
+    sel = spec.get("selector", {}).get("matchLabels", {})
+    ck(sel and all(labels.get(k) == v for k, v in sel.items()),
+       "StatefulSet selector does not match its pod labels")
+    replicas = spec.get("replicas")
+    ck(replicas in (3, 5), f"StatefulSet replicas is {replicas}, must be 3 or 5")
+    if want_replicas is not None:
+        ck(replicas == want_replicas, f"replicas is {replicas}, expected {want_replicas}")
+    ck(spec.get("podManagementPolicy") == "Parallel",
+       "podManagementPolicy must be Parallel (bootstrap needs every pod up at once)")
 
-client_svc = get("Service", "ticketing").get("spec", {})
-check(any(p.get("port") == client_port for p in client_svc.get("ports", [])),
-      "the client Service does not expose the client port")
-check(client_svc.get("clusterIP") != "None", "the client Service should not be headless")
+    us = spec.get("updateStrategy") or {}
+    ru = us.get("rollingUpdate") or {}
+    ck(us.get("type") == "RollingUpdate",
+       f"updateStrategy.type is {us.get('type')}, must be RollingUpdate")
+    ck(ru.get("partition", 0) == 0, "updateStrategy.rollingUpdate.partition must be 0 or unset")
+    ck(ru.get("maxUnavailable", 1) == 1,
+       "updateStrategy.rollingUpdate.maxUnavailable must be 1 or unset")
 
-# Secret files are mounted from Secrets.
-mounts = {m["mountPath"].rstrip("/"): m["name"] for m in c.get("volumeMounts") or []}
-vols = {v["name"]: v for v in pod.get("volumes") or []}
-for flag in ("client-secret-file", "peer-secret-file"):
-    path = args.get(flag) or env.get("TICKETING_" + flag.upper().replace("-", "_"))
-    check(path, f"--{flag} not set")
-    if not path:
+    headless = get("Service", spec.get("serviceName", ""))
+    hs = headless.get("spec", {})
+    ck(hs.get("clusterIP") == "None", "the StatefulSet's serviceName must be a headless Service")
+    ck(hs.get("publishNotReadyAddresses") is True,
+       "the headless Service needs publishNotReadyAddresses: true")
+    ck(all(labels.get(k) == v for k, v in (hs.get("selector") or {}).items())
+       and hs.get("selector"), "the headless Service does not select the pods")
+
+    c = next((c for n, c, _ in containers if n == "ticketing"), {})
+    args = {}
+    for a in c.get("args") or []:
+        m = re.match(r"^--([a-z-]+)=(.*)$", str(a))
+        if m:
+            args[m.group(1)] = m.group(2)
+    env = {e["name"]: e.get("value") for e in c.get("env") or []}
+    names = [e["name"] for e in c.get("env") or []]
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
+    client_port = int(args.get("port", env.get("TICKETING_PORT") or 7400))
+    peer_port = int(args.get("peer-port", env.get("TICKETING_PEER_PORT") or client_port + 1))
+    admin_port = int(args.get("admin-port", env.get("TICKETING_ADMIN_PORT") or client_port + 2))
+    ck(ports == {"client": client_port, "peer": peer_port, "admin": admin_port},
+       f"container ports {ports} do not match client/peer/admin "
+       f"{client_port}/{peer_port}/{admin_port}")
+    svc_dom = f"{spec.get('serviceName')}.$(POD_NAMESPACE).svc"
+    ck(str(env.get("PEER_DOMAIN", "")).startswith(svc_dom),
+       f"PEER_DOMAIN should start with {svc_dom}")
+    peers_src = args.get("peers") or env.get("TICKETING_PEERS") or ""
+    peers = peers_src.split(",")
+    want = [f"{sts['metadata']['name']}-{i}.$(PEER_DOMAIN):{peer_port}"
+            for i in range(replicas or 0)]
+    ck(peers == want, f"--peers is {peers}, expected {want}")
+    if want_replicas is not None:
+        ck(len(peers) == want_replicas,
+           f"--peers lists {len(peers)} addresses, expected {want_replicas}")
+    ck(args.get("advertise") == f"$(POD_NAME).$(PEER_DOMAIN):{client_port}",
+       "--advertise must be $(POD_NAME).$(PEER_DOMAIN):<client port>")
+    for var in ("POD_NAME", "POD_NAMESPACE", "PEER_DOMAIN"):
+        ck(var in names, f"env {var} missing")
+    # $(VAR) expands only from variables defined earlier in the list.
+    order = [("POD_NAMESPACE", "PEER_DOMAIN")]
+    if "TICKETING_PEERS" in names:
+        order.append(("PEER_DOMAIN", "TICKETING_PEERS"))
+    for a, b in order:
+        ck({a, b} <= set(names) and names.index(a) < names.index(b),
+           f"env {a} must be defined before {b} uses it")
+
+    # envFrom: only optional ConfigMaps (the recovery switch), never required.
+    cm_refs = []
+    for ef in c.get("envFrom") or []:
+        ref = ef.get("configMapRef")
+        ck(ref is not None and ref.get("optional") is True,
+           f"envFrom {ef}: only optional configMapRefs are expected")
+        if ref:
+            cm_refs.append(ref.get("name"))
+
+    # Probes.
+    def probe(name):
+        return c.get(name) or {}
+    def hits(p, path):
+        g = p.get("httpGet") or {}
+        return g.get("path") == path and g.get("port") in ("admin", admin_port)
+    def budget(p):
+        return int(p.get("periodSeconds", 10)) * int(p.get("failureThreshold", 3))
+    rp, lp, sp = probe("readinessProbe"), probe("livenessProbe"), probe("startupProbe")
+    ck(hits(rp, "/readyz"), "readinessProbe must GET /readyz on the admin port")
+    ck(hits(lp, "/healthz"), "livenessProbe must GET /healthz on the admin port")
+    ck(budget(lp) >= 30, f"livenessProbe tolerates {budget(lp)} s of failures, want >= 30")
+    ck(hits(sp, "/healthz"), "startupProbe must GET /healthz on the admin port")
+    ck(budget(sp) >= 120, f"startupProbe allows {budget(sp)} s to start, want >= 120")
+
+    # preStop, and a grace period that covers it and the handover (<= 3 s).
+    pre = (c.get("lifecycle") or {}).get("preStop") or {}
+    ck(pre, "no preStop hook")
+    pre_s = 0
+    if "exec" in pre:
+        cmd = [str(x) for x in (pre["exec"].get("command") or [])]
+        is_sleep = len(cmd) == 2 and os.path.basename(cmd[0]) == "sleep" and cmd[1].isdigit()
+        ck(is_sleep, f"preStop exec {cmd}: expected [sleep, N]")
+        pre_s = int(cmd[1]) if is_sleep else 0
+        ck(re.match(r"^(debian|ubuntu)[:@]", runtime_from),
+           f"preStop runs sleep in the image, whose runtime stage is {runtime_from or '?'}"
+           " (need a base with coreutils, or the sleep action)")
+    elif "sleep" in pre:
+        pre_s = int(pre["sleep"].get("seconds", 0))
+    grace = int(pod.get("terminationGracePeriodSeconds", 30))
+    ck(grace >= pre_s + 3 + 2, f"terminationGracePeriodSeconds {grace} does not cover the "
+       f"preStop ({pre_s} s), the 3 s leadership handover and 2 s to close")
+
+    ck(get("Service", "ticketing") is not None, "no client Service")
+    client_svc = byname.get(("Service", "ticketing"), {}).get("spec", {})
+    ck(any(p.get("port") == client_port for p in client_svc.get("ports", [])),
+       "the client Service does not expose the client port")
+    ck(client_svc.get("clusterIP") != "None", "the client Service should not be headless")
+
+    # Secret files are mounted from Secrets.
+    mounts = {m["mountPath"].rstrip("/"): m["name"] for m in c.get("volumeMounts") or []}
+    vols = {v["name"]: v for v in pod.get("volumes") or []}
+    for flag in ("client-secret-file", "peer-secret-file"):
+        path = args.get(flag) or env.get("TICKETING_" + flag.upper().replace("-", "_"))
+        ck(path, f"--{flag} not set")
+        if not path:
+            continue
+        d, f = os.path.split(path)
+        sec = vols.get(mounts.get(d, ""), {}).get("secret")
+        ck(sec is not None, f"--{flag} {path}: not on a volume mounted from a Secret")
+        if sec:
+            items = [i["path"] for i in sec.get("items") or []]
+            ck(not items or f in items, f"--{flag} {path}: the Secret volume has no item {f}")
+
+    aff = pod.get("affinity", {}).get("podAntiAffinity", {})
+    ck(aff.get("requiredDuringSchedulingIgnoredDuringExecution"),
+       "podAntiAffinity (one member per node) is missing")
+
+    pdb = get("PodDisruptionBudget", "ticketing").get("spec", {})
+    ck(pdb.get("maxUnavailable") == 1, "the PodDisruptionBudget must have maxUnavailable: 1")
+    ck("minAvailable" not in pdb, "the PodDisruptionBudget must not also set minAvailable")
+    ck(pdb.get("unhealthyPodEvictionPolicy", "IfHealthyBudget") == "IfHealthyBudget",
+       "the PodDisruptionBudget must keep unhealthyPodEvictionPolicy IfHealthyBudget")
+    ck(all(labels.get(k) == v for k, v in (pdb.get("selector", {}).get("matchLabels") or {}).items())
+       and pdb.get("selector"), "the PodDisruptionBudget does not select the pods")
+    return len(used), cm_refs
+
+# --- render and check the base and every overlay ----------------------------------
+renders = [("deploy/", deploy, 3)]
+overlays = sorted(glob.glob(os.path.join(deploy, "overlays", "*", "kustomization.yaml")))
+for kp in overlays:
+    d = os.path.dirname(kp)
+    renders.append((rel(d) + "/", d, 5 if os.path.basename(d) == "five-members" else None))
+check(any(os.path.basename(os.path.dirname(kp)) == "five-members" for kp in overlays),
+      "no overlays/five-members/kustomization.yaml")
+
+def keyed(objs):
+    return {(o.get("kind"), (o.get("metadata") or {}).get("name")):
+            json.dumps(o, sort_keys=True) for o in objs}
+
+n_used, cm_refs = 0, set()
+for label, d, want in renders:
+    try:
+        objs = render(d)
+    except (Unsupported, OSError, yaml.YAMLError) as e:
+        check(False, f"{label}: cannot render: {e}")
         continue
-    d, f = os.path.split(path)
-    vol = vols.get(mounts.get(d, ""), {})
-    sec = vol.get("secret")
-    check(sec is not None, f"--{flag} {path}: not on a volume mounted from a Secret")
-    if sec:
-        items = [i["path"] for i in sec.get("items") or []]
-        check(not items or f in items, f"--{flag} {path}: the Secret volume has no item {f}")
+    if kdir:
+        kfile = os.path.join(kdir, label.rstrip("/").replace("/", "_") + ".yaml")
+        with open(kfile) as f:
+            kobjs = [o for o in yaml.safe_load_all(f) if o is not None]
+        mine, theirs = keyed(objs), keyed(kobjs)
+        check(mine == theirs, f"{label}: kubectl kustomize renders other objects than check.sh"
+              f" does: {sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))}")
+    u, refs = check_render(label, objs, want)
+    n_used += u
+    cm_refs |= set(refs)
 
-aff = pod.get("affinity", {}).get("podAntiAffinity", {})
-check(aff.get("requiredDuringSchedulingIgnoredDuringExecution"),
-      "podAntiAffinity (one member per node) is missing")
-
-pdb = get("PodDisruptionBudget", "ticketing").get("spec", {})
-check(pdb.get("maxUnavailable") == 1, "the PodDisruptionBudget must allow one pod down")
-check(all(labels.get(k) == v for k, v in (pdb.get("selector", {}).get("matchLabels") or {}).items())
-      and pdb.get("selector"), "the PodDisruptionBudget does not select the pods")
-
-k = docs.get(("Kustomization", "kustomization.yaml"))
-check(k is not None, "no kustomization.yaml")
-for r in (k or {}).get("resources", []):
-    check(os.path.exists(os.path.join(deploy, r)), f"kustomization.yaml: {r} does not exist")
+# --- the README's recovery command matches the manifests ----------------------------
+try:
+    with open(os.path.join(deploy, "README.md")) as f:
+        readme = f.read()
+except OSError:
+    readme = ""
+cmds = re.findall(r"kubectl create configmap (\S+)\s+(?:\\\n\s*)?--from-literal=(\w+)=(\S+)",
+                  readme)
+check(cmds, "deploy/README.md: no 'kubectl create configmap ... --from-literal=' recovery command")
+for name, key, val in cmds:
+    check(name in cm_refs, f"deploy/README.md: configmap {name} is not read by the pods "
+          f"(envFrom names {sorted(cm_refs)})")
+    check(key.startswith("TICKETING_") and env_flag(key) in flags,
+          f"deploy/README.md: {key} is not a ticketingd flag's variable")
 
 for e in errors:
     print(f"deploy/check.sh: FAIL: {e}")
-print(f"deploy/check.sh: {checks - len(errors)} of {checks} checks passed"
-      f" ({len(used)} flag uses against {len(flags)} ticketingd flags)")
+print(f"deploy/check.sh: {checks - len(errors)} of {checks} checks passed over"
+      f" {len(renders)} renderings ({n_used} flag uses against {len(flags)} ticketingd flags)")
 sys.exit(1 if errors else 0)
 PY
 
-if command -v kubectl >/dev/null 2>&1; then
-  if ! kubectl kustomize "$here" >/dev/null; then
-    echo "deploy/check.sh: FAIL: kubectl kustomize $here"
-    exit 1
-  fi
-  echo "deploy/check.sh: kubectl kustomize renders deploy/"
+if [ -n "$kdir" ]; then
+  echo "deploy/check.sh: $kubectl kustomize renders the same objects"
 fi
 echo "deploy/check.sh: PASS"
