@@ -107,37 +107,58 @@ TK_PORTS=()
 TK_ADDRS=""
 TK_SECRET=""
 
+TK_DIR=""
+TK_PEERS=""
+TK_BIN=""
+TK_THREADS=1
+TK_EXTRA=()
+
+# tk_spawn I: starts node I (a fresh process: a new NodeId) with the
+# cluster's addresses, secrets and flags; its log is appended to.
+tk_spawn() {
+    local i=$1
+    "$TK_BIN/ticketingd" --bind 127.0.0.1 --port "${TK_PORTS[$i]}" \
+        --advertise "127.0.0.1:${TK_PORTS[$i]}" --peers "$TK_PEERS" \
+        --client-secret-file "$TK_SECRET" --peer-secret-file "$TK_DIR/peer.secret" \
+        --threads "$TK_THREADS" --log-level 1 "${TK_EXTRA[@]}" >>"$TK_DIR/node$i.log" 2>&1 &
+    TK_PIDS[$i]=$!
+    BENCH_PIDS+=($!)
+    disown $!
+}
+
 # start_ticketing BIN_DIR THREADS [extra ticketingd args...]
 # Three nodes; node i uses client port P_i, peer P_i+1, admin P_i+2.
 start_ticketing() {
-    local bindir=$1 threads=$2; shift 2
-    local dir="$BENCH_TMP/ticketing.$RANDOM"
-    mkdir -p "$dir"
-    TK_SECRET="$dir/client.secret"
+    TK_BIN=$1 TK_THREADS=$2; shift 2
+    TK_EXTRA=("$@")
+    TK_DIR="$BENCH_TMP/ticketing.$RANDOM"
+    mkdir -p "$TK_DIR"
+    TK_SECRET="$TK_DIR/client.secret"
     echo "bench-client-secret-0123456789abcdef" >"$TK_SECRET"
-    echo "bench-peer-secret-0123456789abcdef" >"$dir/peer.secret"
-    chmod 600 "$TK_SECRET" "$dir/peer.secret"
+    echo "bench-peer-secret-0123456789abcdef" >"$TK_DIR/peer.secret"
+    chmod 600 "$TK_SECRET" "$TK_DIR/peer.secret"
     local base
     base=$(pick_base 30) || { bench_log "no free ports"; return 1; }
     TK_PORTS=("$base" $((base + 10)) $((base + 20)))
-    local peers="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 21))"
+    TK_PEERS="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 21))"
     TK_ADDRS="127.0.0.1:${TK_PORTS[0]},127.0.0.1:${TK_PORTS[1]},127.0.0.1:${TK_PORTS[2]}"
     TK_PIDS=()
     local i
     for i in 0 1 2; do
-        "$bindir/ticketingd" --bind 127.0.0.1 --port "${TK_PORTS[$i]}" \
-            --advertise "127.0.0.1:${TK_PORTS[$i]}" --peers "$peers" \
-            --client-secret-file "$TK_SECRET" --peer-secret-file "$dir/peer.secret" \
-            --threads "$threads" --log-level 1 "$@" >"$dir/node$i.log" 2>&1 &
-        TK_PIDS+=($!)
-        BENCH_PIDS+=($!)
-        disown $!
+        tk_spawn "$i"
     done
     if ! wait_until 30 tk_leader_index; then
-        bench_log "ticketing: no leader within 30 s; logs in $dir"
-        tail -5 "$dir"/node*.log >&2
+        bench_log "ticketing: no leader within 30 s; logs in $TK_DIR"
+        tail -5 "$TK_DIR"/node*.log >&2
         return 1
     fi
+}
+
+# True once node I answers /readyz with 200 (a caught-up voter whose
+# predecessor at its address is out of the configuration).
+tk_ready() {
+    [[ "$(curl -s -o /dev/null -w '%{http_code}' -m 1 \
+        "http://127.0.0.1:$((TK_PORTS[$1] + 2))/readyz")" == 200 ]]
 }
 
 # Index (0-2) of the node whose /status says it serves as leader.
