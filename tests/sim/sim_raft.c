@@ -377,6 +377,35 @@ static void client_action(struct scenario *s)
 }
 
 /* ------------------------------------------------------------------ */
+/* Membership invariants, checked along the run                        */
+
+/* A leader has at most one configuration change beyond its commit index
+ * (single-server changes, one at a time), and no node campaigns or leads
+ * unless its configuration lists it as a voter (learners never do). */
+static void check_membership(struct scenario *s)
+{
+    struct sim_cluster *c = &s->c;
+    for (uint32_t i = 0; i < c->n_nodes; i++) {
+        struct sim_node *n = &c->nodes[i];
+        if (!n->alive)
+            continue;
+        uint8_t role = tk_raft_role(n->r);
+        const struct tk_raft_config *cfg = tk_raft_config(n->r);
+        if (role != TK_RAFT_FOLLOWER && (cfg == NULL || !tk_raft_config_is_voter(cfg, n->id)))
+            sim_fail(c, "node %u is %s without being a voter", i, tk_raft_role_name(role));
+        if (role != TK_RAFT_LEADER)
+            continue;
+        uint32_t pending = 0;
+        for (uint64_t k = tk_raft_commit(n->r) + 1; k <= tk_raft_last_index(n->r); k++) {
+            const struct tk_raft_entry *e = tk_raft_entry(n->r, k);
+            pending += e != NULL && e->type == TK_RAFT_CONFIG;
+        }
+        if (pending > 1)
+            sim_fail(c, "leader %u has %u configuration changes in flight", i, pending);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* One seed                                                            */
 
 static bool converged(struct sim_cluster *c)
@@ -469,8 +498,11 @@ static void scenario_run(struct scenario *s, uint64_t steps)
             replace_step(s);
             s->next_fault_us = c->now + tk_prng_range(&s->prng, 20 * MS, 600 * MS);
         }
-        if (s->lock_mode && (events & 63) == 0)
-            sim_lock_compare(&s->L);
+        if ((events & 63) == 0) {
+            check_membership(s);
+            if (s->lock_mode)
+                sim_lock_compare(&s->L);
+        }
     }
 }
 

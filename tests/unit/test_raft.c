@@ -405,6 +405,59 @@ Test(raft, replace_a_crashed_voter_through_a_learner)
     propose_ok(sim_leader(&C), "after", 1);
 }
 
+/* The highest commit index any node knows. */
+static uint64_t commit_max(void)
+{
+    uint64_t m = 0;
+    for (uint32_t i = 0; i < C.n_nodes; i++)
+        m = TK_MAX(m, tk_raft_commit(C.nodes[i].r));
+    return m;
+}
+
+Test(raft, a_learner_never_counts_toward_a_commit_or_the_quorum_check)
+{
+    setup_n(3, 21);
+    int l = boot_and_elect();
+    int fresh = sim_add_node(&C);
+    cr_assert_eq(sim_change(&C, l, TK_RAFT_ADD_LEARNER, fresh), TK_OK);
+    struct member_arg a = {l, fresh};
+    cr_assert(sim_run_while(&C, C.now + 2 * SEC, caught_up, &a));
+    cr_assert(sim_run_while(&C, C.now + SEC, config_committed, &a));
+    /* Cut both followers off: leader and learner alone are no majority. */
+    for (int i = 0; i < 3; i++)
+        if (i != l)
+            sim_isolate(&C, i, true);
+    uint64_t before = commit_max();
+    uint64_t idx = propose_ok(l, "needs-a-voter", 1);
+    sim_run_until(&C, C.now + 200 * MS);
+    cr_assert_geq(tk_raft_last_index(C.nodes[fresh].r), idx, "the learner got the entry");
+    cr_assert_eq(commit_max(), before, "committed with a learner's vote");
+    /* Nor does the learner keep a leader without a majority in office. */
+    sim_run_until(&C, C.now + 2 * SEC);
+    cr_assert_neq(tk_raft_role(C.nodes[l].r), TK_RAFT_LEADER);
+    cr_assert_eq(commit_max(), before);
+}
+
+Test(raft, two_of_three_lost_nothing_commits_and_joiners_wait)
+{
+    setup_n(3, 22);
+    int l = boot_and_elect();
+    uint64_t before = commit_max();
+    for (int i = 0; i < 3; i++)
+        if (i != l)
+            sim_crash(&C, i);
+    int f1 = sim_add_node(&C), f2 = sim_add_node(&C);
+    /* The leader may still append a learner before it notices, but
+     * nothing can commit: the learner is no voter. */
+    (void)sim_change(&C, l, TK_RAFT_ADD_LEARNER, f1);
+    (void)sim_change(&C, l, TK_RAFT_ADD_LEARNER, f2);
+    sim_run_until(&C, C.now + 5 * SEC);
+    cr_assert_eq(commit_max(), before, "a commit without a majority of the voters");
+    cr_assert_lt(sim_leader(&C), 0, "no leader can be elected");
+    cr_assert_eq(tk_raft_role(C.nodes[f1].r), TK_RAFT_FOLLOWER);
+    cr_assert_eq(tk_raft_role(C.nodes[f2].r), TK_RAFT_FOLLOWER);
+}
+
 Test(raft, change_needs_a_committed_entry_of_the_term)
 {
     setup_n(3, 14);
