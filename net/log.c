@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -79,16 +80,30 @@ int tk_listen(const char *host, uint32_t port, bool reuseport)
     snprintf(portstr, sizeof(portstr), "%u", port);
     if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res)
         return -1;
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0) {
+    /* A process restarted at once (a member coming back) may find its
+     * predecessor's listener not yet released: the kernel frees a socket
+     * that an io_uring accept held a moment after that process is gone.
+     * Retry EADDRINUSE for up to 5 s rather than fail the restart. */
+    int fd = -1;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            break;
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         if (reuseport)
             setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-        if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 4096) < 0) {
-            close(fd);
-            fd = -1;
-        }
+        if (bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 4096) == 0)
+            break;
+        int err = errno;
+        close(fd);
+        fd = -1;
+        if (err != EADDRINUSE)
+            break;
+        if (attempt == 0)
+            tk_log(TK_LOG_WARN, "port %u still in use; retrying for up to 5 s", port);
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
+        nanosleep(&pause, NULL);
     }
     freeaddrinfo(res);
     return fd;

@@ -81,6 +81,7 @@ struct tk_raftd {
     uint8_t membership;                    /* enum raftd_membership, published */
     bool removed;                          /* the leader says we are not a member */
     char note[256];                        /* why we are where we are (/status) */
+    uint64_t note_us;                      /* when the note was last brought up to date */
     uint64_t members_at;                   /* leader: next membership step */
     _Atomic uint64_t m_joins, m_changes;
 

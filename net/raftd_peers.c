@@ -69,6 +69,18 @@ static void copy_str(char *dst, size_t cap, const struct tk_raft_str *s)
     dst[n] = 0;
 }
 
+/* The leader this node can vouch for: itself, or one it heard from within
+ * an election timeout. (A learner never times out, so the core may name a
+ * leader long gone; a fresh node must not be sent to it.) */
+static uint64_t live_leader(struct tk_raftd *r)
+{
+    if (tk_raft_role(r->core) == TK_RAFT_LEADER)
+        return r->s->node_id;
+    uint64_t lid = tk_raft_leader(r->core);
+    uint64_t fresh_us = (uint64_t)r->s->opt.election_ms * 1000u;
+    return lid && r->leader_heard_us && r->now - r->leader_heard_us < fresh_us ? lid : 0;
+}
+
 static void on_probe(struct tk_raftd *r, const struct tk_raft_msg *m)
 {
     int i = peer_index(r, m->probe.peer_addr.p, m->probe.peer_addr.len);
@@ -91,7 +103,7 @@ static void on_probe(struct tk_raftd *r, const struct tk_raft_msg *m)
     if (tk_raft_role(r->core) == TK_RAFT_LEADER)
         rep.probe_reply.flags |= TK_RAFT_PROBE_LEADER;
     rep.probe_reply.peers_hash = r->peers_hash;
-    uint64_t lid = tk_raft_leader(r->core);
+    uint64_t lid = live_leader(r);
     const struct tk_raft_member *lm = lid ? raftd_member(r, lid) : NULL;
     rep.probe_reply.leader_id = lm ? lid : 0;
     if (lm) {
@@ -151,6 +163,8 @@ static void on_probe_reply(struct tk_raftd *r, const struct tk_wire_frame *f)
         if (f->domain_lo != r->join_domain_lo || f->domain_hi != r->join_domain_hi)
             continue; /* peers of two domains: the first one seen wins */
         if (m->probe_reply.leader_id && m->probe_reply.leader_peer_addr.len) {
+            if (!r->join_leader_id)
+                r->probe_at = r->now; /* ask to join now, not a probe period later */
             r->join_leader_id = m->probe_reply.leader_id;
             copy_str(r->join_leader_addr, sizeof(r->join_leader_addr),
                      &m->probe_reply.leader_peer_addr);
@@ -172,7 +186,7 @@ static void send_join_reply(struct tk_raftd *r, struct tk_plink *l, uint64_t to,
     struct tk_raft_msg rep = {.type = TK_RAFT_MSG_JOIN_REPLY, .from = r->s->node_id, .to = to,
                               .term = tk_raft_term(r->core)};
     rep.join_reply.status = status;
-    uint64_t lid = tk_raft_leader(r->core);
+    uint64_t lid = live_leader(r);
     const struct tk_raft_member *lm = lid ? raftd_member(r, lid) : NULL;
     if (lm) {
         rep.join_reply.leader_id = lid;
@@ -459,6 +473,8 @@ static void maybe_bootstrap(struct tk_raftd *r)
             lowest = pi->id;
     }
     r->domain_seen = member_seen;
+    if (member_seen && !leader_seen)
+        r->join_leader_id = 0; /* the leader we knew is gone: wait, say why */
     if (member_seen) {
         if (leader_seen || fresh < r->npeers / 2 + 1 || lowest_forced != r->s->node_id)
             return;
@@ -515,7 +531,7 @@ static void maybe_join(struct tk_raftd *r)
 /* A member: where it stands. A learner (or a node whose configuration
  * lost it, e.g. its addition was truncated by a new leader) that hears
  * no leader for two election timeouts asks again. */
-static void member_state(struct tk_raftd *r, const struct tk_raft_config *c)
+static void member_state(struct tk_raftd *r, const struct tk_raft_config *c, bool probe_due)
 {
     if (r->removed)
         return;
@@ -537,9 +553,16 @@ static void member_state(struct tk_raftd *r, const struct tk_raft_config *c)
             set_note(r, RAFTD_VOTER, TK_LOG_INFO, "voter");
         return;
     }
-    set_note(r, RAFTD_LEARNER, TK_LOG_INFO, "learner: catching up before promotion to voter");
     uint64_t silence = 2u * (uint64_t)r->s->opt.election_ms * 1000u;
-    if (r->now - r->leader_heard_us < silence)
+    if (r->now - r->leader_heard_us < silence) {
+        set_note(r, RAFTD_LEARNER, TK_LOG_INFO, "learner: catching up before promotion to voter");
+        return;
+    }
+    set_note(r, RAFTD_LEARNER, TK_LOG_WARN,
+             "learner without a leader: asking to join again. If a majority of members lost "
+             "their state, that domain cannot recover: restart the lost members with "
+             "--force-new-domain");
+    if (!probe_due)
         return;
     uint64_t lid = tk_raft_leader(r->core);
     const struct tk_raft_member *lm = lid ? tk_raft_config_find(c, lid) : NULL;
@@ -551,14 +574,23 @@ static void member_state(struct tk_raftd *r, const struct tk_raft_config *c)
 
 void raftd_probe_peers(struct tk_raftd *r)
 {
-    if (!r->peers || r->now < r->probe_at)
+    if (!r->peers)
         return;
-    r->probe_at = r->now + PROBE_PERIOD_US;
+    bool due = r->now >= r->probe_at;
+    if (due)
+        r->probe_at = r->now + PROBE_PERIOD_US;
     const struct tk_raft_config *c = tk_raft_config(r->core);
     if (c) {
-        member_state(r, c); /* a member: probes are for fresh nodes */
+        /* A member: probes are for fresh nodes. Its note is kept current
+         * (every 20 ms, off the hot path), its Join resends are periodic. */
+        if (due || r->now - r->note_us >= 20000u) {
+            r->note_us = r->now;
+            member_state(r, c, due);
+        }
         return;
     }
+    if (!due)
+        return;
     for (uint32_t i = 0; i < r->npeers; i++) {
         if (i == r->self)
             continue;

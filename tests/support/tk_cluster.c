@@ -58,6 +58,28 @@ int tk_cluster_leader(struct tk_cluster *c, int timeout_ms, unsigned skip_mask)
     return -1;
 }
 
+/* Spawns member i with the arguments every start of it gets: its ports,
+ * the cluster's --peers, its secret files and the cluster's extra list. */
+static int spawn_member(struct tk_cluster *c, int i)
+{
+    char adv[64];
+    snprintf(adv, sizeof(adv), "127.0.0.1:%u", c->node[i].port);
+    const char *args[40];
+    int a = 0;
+    args[a++] = "--peers";
+    args[a++] = c->peers;
+    args[a++] = "--peer-secret-file";
+    args[a++] = c->node[i].peer_secret_file;
+    args[a++] = "--advertise";
+    args[a++] = adv;
+    args[a++] = "--threads";
+    args[a++] = "2";
+    for (int k = 0; c->extra && c->extra[k] && a < 38; k++)
+        args[a++] = c->extra[k];
+    args[a] = NULL;
+    return tk_node_spawn(&c->node[i], args);
+}
+
 int tk_cluster_start(struct tk_cluster *c, int n, const char *const *extra)
 {
     memset(c, 0, sizeof(*c));
@@ -81,34 +103,191 @@ int tk_cluster_start(struct tk_cluster *c, int n, const char *const *extra)
     for (int i = 0; i < n; i++) {
         if (tk_node_prepare(&c->node[i], ports[i]) < 0)
             return -1;
-        char adv[64];
-        snprintf(adv, sizeof(adv), "127.0.0.1:%u", ports[i]);
-        const char *args[40];
-        int a = 0;
-        args[a++] = "--peers";
-        args[a++] = c->peers;
-        args[a++] = "--peer-secret-file";
-        args[a++] = c->node[i].peer_secret_file;
-        args[a++] = "--advertise";
-        args[a++] = adv;
-        args[a++] = "--threads";
-        args[a++] = "2";
-        for (int k = 0; extra && extra[k] && a < 38; k++)
-            args[a++] = extra[k];
-        args[a] = NULL;
-        if (tk_node_spawn(&c->node[i], args) < 0)
+        if (spawn_member(c, i) < 0)
             return -1;
     }
     return tk_cluster_leader(c, 15000, 0) >= 0 ? 0 : -1;
 }
 
+int tk_cluster_restart(struct tk_cluster *c, int i)
+{
+    if (i < 0 || i >= c->n || !c->node[i].dir[0])
+        return -1;
+    struct tk_node *n = &c->node[i];
+    /* The previous process must be gone (reaped here if it just died). */
+    uint64_t end = tk_test_ms() + 5000;
+    while (n->pid > 0 && tk_node_alive(n)) {
+        if (tk_test_ms() >= end)
+            return -1;
+        usleep(5000);
+    }
+    /* ticketingd itself waits for a port its predecessor still holds for a
+     * moment (its io_uring requests are torn down asynchronously). */
+    FILE *f = fopen(n->log_file, "a");
+    if (f) {
+        fprintf(f, "==== tk_cluster_restart: member %d, fresh process ====\n", i);
+        fclose(f);
+    }
+    if (spawn_member(c, i) < 0)
+        return -1;
+    return tk_node_wait_port(n, 15000);
+}
+
+int tk_cluster_wait_ready(struct tk_cluster *c, int i, int timeout_ms)
+{
+    uint64_t t0 = tk_test_ms(), end = t0 + (uint64_t)timeout_ms;
+    char body[256];
+    do {
+        if (!tk_node_alive(&c->node[i]))
+            return -1;
+        if (tk_http_get(c->node[i].port + 2, "/readyz", body, sizeof(body)) == 200)
+            return (int)(tk_test_ms() - t0);
+        usleep(20000);
+    } while (tk_test_ms() < end);
+    return -1;
+}
+
+bool tk_json_str(const char *json, const char *name, char *out, size_t cap)
+{
+    char pat[128];
+    snprintf(pat, sizeof(pat), "\"%s\":\"", name);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return false;
+    p += strlen(pat);
+    const char *q = strchr(p, '"');
+    if (!q || (size_t)(q - p) >= cap)
+        return false;
+    memcpy(out, p, (size_t)(q - p));
+    out[q - p] = 0;
+    return true;
+}
+
+uint64_t tk_cluster_node_id(struct tk_cluster *c, int i)
+{
+    static char body[1 << 16];
+    char hex[32];
+    if (tk_cluster_status(c, i, body, sizeof(body)) != 200 ||
+        !tk_json_str(body, "node_id", hex, sizeof(hex)))
+        return 0;
+    return strtoull(hex, NULL, 16);
+}
+
+bool tk_cluster_domain(struct tk_cluster *c, int i, char out[33])
+{
+    static char body[1 << 16];
+    return tk_cluster_status(c, i, body, sizeof(body)) == 200 &&
+           tk_json_str(body, "domain", out, 33) && strlen(out) == 32;
+}
+
+int tk_cluster_members(struct tk_cluster *c, int i, struct tk_member *out, int cap,
+                       int *voters)
+{
+    static char body[1 << 16];
+    if (tk_cluster_status(c, i, body, sizeof(body)) != 200)
+        return -1;
+    const char *p = strstr(body, "\"members\":[");
+    if (!p)
+        return -1;
+    p += strlen("\"members\":[");
+    int count = 0, nv = 0;
+    while (*p == '{' || *p == ',') {
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+        const char *e = strchr(p, '}');
+        if (!e)
+            return -1;
+        char one[1024];
+        size_t len = (size_t)(e - p) < sizeof(one) - 1 ? (size_t)(e - p) : sizeof(one) - 1;
+        memcpy(one, p, len);
+        one[len] = 0;
+        struct tk_member m = {0};
+        char hex[32];
+        if (tk_json_str(one, "id", hex, sizeof(hex)))
+            m.id = strtoull(hex, NULL, 16);
+        m.voter = strstr(one, "\"voter\":true") != NULL;
+        tk_json_str(one, "peer_addr", m.peer_addr, sizeof(m.peer_addr));
+        tk_json_u64(one, "match_index", &m.match_index);
+        tk_json_u64(one, "lag", &m.lag);
+        if (count < cap && out)
+            out[count] = m;
+        count++;
+        nv += m.voter;
+        p = e + 1;
+    }
+    if (voters)
+        *voters = nv;
+    return count;
+}
+
+int tk_cluster_count_members(struct tk_cluster *c, int i, int *voters)
+{
+    return tk_cluster_members(c, i, NULL, 0, voters);
+}
+
+long tk_cluster_rss_kib(struct tk_cluster *c, int i)
+{
+    if (c->node[i].pid <= 0)
+        return -1;
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)c->node[i].pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long kib = -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+void tk_cluster_dump_logs(struct tk_cluster *c, int lines)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (!c->node[i].dir[0])
+            continue;
+        FILE *f = fopen(c->node[i].log_file, "r");
+        if (!f)
+            continue;
+        enum { TAIL = 1 << 16 };
+        char *buf = malloc(TAIL + 1);
+        fseek(f, 0, SEEK_END);
+        long size = ftell(f);
+        long from = size > TAIL ? size - TAIL : 0;
+        fseek(f, from, SEEK_SET);
+        size_t got = buf ? fread(buf, 1, TAIL, f) : 0;
+        fclose(f);
+        if (!buf)
+            continue;
+        buf[got] = 0;
+        const char *p = buf + got;
+        int seen = 0;
+        while (p > buf && seen <= lines)
+            if (*--p == '\n')
+                seen++;
+        if (*p == '\n')
+            p++;
+        fprintf(stderr, "---- node %d (port %u, pid %d) log %s, last %d lines ----\n%s", i,
+                c->node[i].port, (int)c->node[i].pid, c->node[i].log_file, lines, p);
+        free(buf);
+    }
+}
+
 void tk_cluster_stop(struct tk_cluster *c)
 {
+    if (c->keep_logs)
+        tk_cluster_dump_logs(c, 40);
     for (int i = 0; i < c->n; i++) {
         if (c->node[i].pid > 0) {
             kill(c->node[i].pid, SIGCONT);
             tk_node_stop(&c->node[i], SIGKILL, 3000);
         }
-        tk_node_cleanup(&c->node[i]);
+        if (c->keep_logs && c->node[i].dir[0])
+            fprintf(stderr, "node %d: logs kept in %s\n", i, c->node[i].dir);
+        else
+            tk_node_cleanup(&c->node[i]);
     }
 }
