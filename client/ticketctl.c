@@ -1,8 +1,10 @@
 /* ticketctl: the command-line client of Ticketing (SPEC 11, 13), built on
  * libticketing. `run` holds a lock while a command runs (like flock(1) or
  * `etcdctl lock`); acquire, release, query and ping make one request each;
- * status reads every member's admin /status (client port + 2), and members
- * the leader's (found through any member's).
+ * status reads every member's admin /status (client port + 2), members
+ * the leader's (found through any member's), and remove-member asks the
+ * leader, over its peer port and with the peer secret, to drop a member
+ * that is gone for good.
  *
  * Output is for people by default and JSON with --json. Exit codes are
  * fixed (usage() prints them) so scripts can tell the outcomes apart.
@@ -40,23 +42,32 @@ static void usage(FILE *f)
         "  status                                  each member's admin /status\n"
         "  members                                 every member as the leader sees it: ids,\n"
         "        addresses, voter or learner, match index, lag, last contact; * the leader\n"
+        "  remove-member NODEID --peer-secret-file PATH\n"
+        "        remove a member that is gone for good (NODEID: 16 hex digits, as members\n"
+        "        shows); the leader refuses a member it still hears from. Needs the\n"
+        "        cluster's PEER secret (env TICKETING_PEER_SECRET_FILE), not the client's\n"
         "\n"
         "flags:\n"
         "  --addr host:port[,host:port...]   cluster addresses (env TICKETING_ADDR)\n"
         "  --secret-file PATH                client secret (env TICKETING_SECRET_FILE)\n"
+        "  --peer-secret-file PATH           peer secret, for remove-member\n"
+        "                                    (env TICKETING_PEER_SECRET_FILE)\n"
         "  --owner NAME                      owner (env TICKETING_OWNER; default unique)\n"
         "  --lease D  --wait D               durations: 500ms, 30s, 2m (0 needs no unit)\n"
         "  --timeout D                       budget of query, ping and each /status read\n"
-        "                                    of status/members (default 5s)\n"
+        "                                    of status/members, and the whole of\n"
+        "                                    remove-member (default 5s)\n"
         "  --grace D                         wait for an answer past --wait (default 2s)\n"
         "  --json                            machine-readable output\n"
         "  -v, --verbose                     log connection events to stderr\n"
         "\n"
         "exit codes: 0 ok (run: the command's own code), 64 usage, 80 busy, 81 timeout,\n"
-        "  82 indeterminate (do not assume the lock is held or free), 83 unavailable\n"
-        "  (status: no member answered; members: no leader known or it did not answer),\n"
-        "  84 invalid, 85 lease lost during run, 86 release: not held,\n"
-        "  87 release: unconfirmed, 1 other failure.\n",
+        "  82 indeterminate (do not assume the lock is held or free; remove-member: sent,\n"
+        "  unanswered), 83 unavailable (status: no member answered; members,\n"
+        "  remove-member: no leader known or it did not answer), 84 invalid\n"
+        "  (remove-member: refused, the member is alive or the last voter), 85 lease\n"
+        "  lost during run, 86 release: not held, 87 release: unconfirmed, 1 other\n"
+        "  failure (remove-member: the peer secret was rejected).\n",
         f);
 }
 
@@ -111,6 +122,8 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
         o->addr = val;
     else if (!strcmp(name, "--secret-file"))
         o->secret_file = val;
+    else if (!strcmp(name, "--peer-secret-file"))
+        o->peer_secret_file = val;
     else if (!strcmp(name, "--owner"))
         o->owner = val;
     else if (!strcmp(name, "--token")) {
@@ -136,9 +149,10 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
 
 static bool flag_takes_value(const char *name)
 {
-    static const char *const with[] = {"--addr",  "--secret-file", "--owner",
-                                       "--token", "--count",       "--lease",
-                                       "--wait",  "--timeout",     "--grace"};
+    static const char *const with[] = {"--addr",    "--secret-file", "--peer-secret-file",
+                                       "--owner",   "--token",       "--count",
+                                       "--lease",   "--wait",        "--timeout",
+                                       "--grace"};
     for (size_t i = 0; i < sizeof with / sizeof with[0]; i++)
         if (!strcmp(name, with[i]))
             return true;
@@ -529,8 +543,9 @@ static bool admin_cmd(const char *cmd)
 static int check_needs(const struct ctl_opts *o)
 {
     bool needs_key = strcmp(o->cmd, "ping") != 0 && !admin_cmd(o->cmd);
+    bool remove = strcmp(o->cmd, "remove-member") == 0;
     if (needs_key && o->key == NULL)
-        return ctl_die_usage("%s needs a KEY", o->cmd);
+        return ctl_die_usage("%s needs a %s", o->cmd, remove ? "NODEID" : "KEY");
     if (!needs_key && o->key != NULL)
         return ctl_die_usage("unexpected argument '%s'", o->key);
     if (!strcmp(o->cmd, "run") && (o->argv_cmd == NULL || o->argv_cmd[0] == NULL))
@@ -541,15 +556,16 @@ static int check_needs(const struct ctl_opts *o)
         return ctl_die_usage("%s needs --owner (or TICKETING_OWNER): the acquirer's owner", o->cmd);
     if (o->addr == NULL || o->addr[0] == '\0')
         return ctl_die_usage("%s", "no cluster address: --addr host:port or TICKETING_ADDR");
-    if (!admin_cmd(o->cmd) && (o->secret_file == NULL || o->secret_file[0] == '\0'))
+    /* remove-member checks its NODEID and peer secret itself. */
+    if (!admin_cmd(o->cmd) && !remove && (o->secret_file == NULL || o->secret_file[0] == '\0'))
         return ctl_die_usage("%s", "no secret: --secret-file PATH or TICKETING_SECRET_FILE");
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    static const char *const cmds[] = {"run",  "acquire", "release", "query",
-                                       "ping", "status",  "members"};
+    static const char *const cmds[] = {"run",    "acquire", "release", "query",
+                                       "ping",   "status",  "members", "remove-member"};
     struct ctl_opts o = {
         .lease_ms = 30000, .wait_ms = 5000, .timeout_ms = 5000, .grace_ms = 2000, .count = 1};
     int rc = parse_args(&o, argc, argv);
@@ -559,6 +575,8 @@ int main(int argc, char **argv)
         o.addr = getenv("TICKETING_ADDR");
     if (o.secret_file == NULL)
         o.secret_file = getenv("TICKETING_SECRET_FILE");
+    if (o.peer_secret_file == NULL)
+        o.peer_secret_file = getenv("TICKETING_PEER_SECRET_FILE");
     if (o.owner == NULL)
         o.owner = getenv("TICKETING_OWNER");
     if (o.cmd == NULL) {
@@ -574,6 +592,8 @@ int main(int argc, char **argv)
         return rc;
     if (admin_cmd(o.cmd))
         return ctl_status(&o); /* both: it tells them apart by o.cmd */
+    if (!strcmp(o.cmd, "remove-member"))
+        return ctl_remove_member(&o);
 
     struct tk_client *c;
     if ((rc = make_client(&o, &c)) != 0)

@@ -1,6 +1,7 @@
 /* ticketctl's internal declarations, shared by ticketctl.c (commands on
- * the library), ticketctl_status.c (status, and the admin /status reader)
- * and ticketctl_members.c (members). */
+ * the library), ticketctl_status.c (status, and the admin /status reader),
+ * ticketctl_members.c (members, and finding the leader) and
+ * ticketctl_remove.c (remove-member, over the leader's peer port). */
 #ifndef TK_TICKETCTL_H
 #define TK_TICKETCTL_H
 
@@ -10,7 +11,8 @@
 
 enum {
     CTL_EXIT_OK = 0,
-    CTL_EXIT_FAIL = 1,           /* anything else (client not created; run: waitpid failed) */
+    CTL_EXIT_FAIL = 1,           /* anything else (client not created; run: waitpid failed;
+                                    remove-member: the peer secret was rejected) */
     CTL_EXIT_USAGE = 64,         /* bad flags, missing --addr/--secret-file, bad secret */
     CTL_EXIT_BUSY = 80,          /* B: held and --wait 0, or a server bound */
     CTL_EXIT_TIMEOUT = 81,       /* T: --wait elapsed before our turn */
@@ -24,9 +26,10 @@ enum {
 
 struct ctl_opts {
     const char *cmd;
-    const char *key;
+    const char *key; /* remove-member: the NODEID */
     const char *addr;
     const char *secret_file;
+    const char *peer_secret_file; /* remove-member */
     const char *owner;
     bool json;
     bool verbose;
@@ -49,6 +52,16 @@ bool ctl_parse_u64(const char *s, uint64_t *v);
 int ctl_status(const struct ctl_opts *o);
 /* `ticketctl members`: the members as the leader's /status lists them; the exit code. */
 int ctl_members(const struct ctl_opts *o);
+/* The leader's NodeId and peer address (each cap bytes), found as members
+ * finds the leader: the --addr nodes' /status, a follower's leader_addr
+ * followed; failing the leader's own answer, the leader a follower names.
+ * Each /status read is bounded by read_ms, and all of them by deadline_us
+ * (tk_client_now_us() time). Returns 0, CTL_EXIT_USAGE (a bad --addr, said
+ * on stderr) or CTL_EXIT_UNAVAILABLE. */
+int ctl_find_leader(const struct ctl_opts *o, uint64_t read_ms, uint64_t deadline_us, char *id,
+                    char *peer_addr, size_t cap);
+/* `ticketctl remove-member NODEID`: the exit code. */
+int ctl_remove_member(const struct ctl_opts *o);
 /* Splits "host:port" or "[v6]:port" (len bytes of a) into host and *port; false if malformed. */
 bool ctl_split_addr(const char *a, size_t len, char *host, size_t hcap, unsigned *port);
 /* GET /status from host:port, the body (NUL-terminated) into body; the HTTP code or -1. */

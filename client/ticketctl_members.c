@@ -2,7 +2,8 @@
  * its admin /status (client port + 2) over plain HTTP, so no secret is
  * needed (the HTTP side is ticketctl_status.c's, shared with status). Only
  * the leader's match index (and lag, last contact) mean anything, so a
- * follower's answer is followed to its leader_addr.
+ * follower's answer is followed to its leader_addr. remove-member finds
+ * the leader (and its peer address) the same way: ctl_find_leader.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "client/ticketctl.h"
+#include "client/ticketing.h"
 
 /* ---- a small JSON reader --------------------------------------------------------- */
 
@@ -437,6 +439,8 @@ static bool is_leader(const struct view *v)
 
 struct hunt {
     const struct ctl_opts *o;
+    uint64_t read_ms;     /* each /status read, at most */
+    uint64_t deadline_us; /* and all of them (0: no bound) */
     char asked[ASK_MAX][TEXT_MAX];
     int n_asked;
     struct view got;      /* the last answer */
@@ -461,7 +465,12 @@ static bool ask(struct hunt *h, const char *addr, int hops)
     /* leader_addr comes from the server: a bad one is a bad answer, not a usage error. */
     if (!ctl_split_addr(addr, strlen(addr), host, sizeof host, &port) || port + 2 > 65535)
         return false;
-    int code = ctl_http_status(host, port + 2, body, sizeof body, (int)h->o->timeout_ms);
+    uint64_t ms = h->read_ms, now = tk_client_now_us();
+    if (h->deadline_us != 0 && h->deadline_us <= now)
+        return false;
+    if (h->deadline_us != 0 && (h->deadline_us - now) / 1000u < ms)
+        ms = (h->deadline_us - now) / 1000u;
+    int code = ctl_http_status(host, port + 2, body, sizeof body, (int)ms);
     if (code != 200 || !parse_view(body, &h->got)) {
         if (h->o->verbose)
             fprintf(stderr, "ticketctl: %s: %s from the admin port\n", addr,
@@ -619,23 +628,31 @@ static void explain_no_leader(const struct view *v)
     fprintf(stderr, "ticketctl: %s\n", msg);
 }
 
-int ctl_members(const struct ctl_opts *o)
+/* Asks the --addr nodes (and the leaders they name) until one is the
+ * leader; true if found (its view in h->got), else the first follower's
+ * view in h->fallback if any answered. CTL_EXIT_USAGE in *rc on a
+ * bad --addr: every address is checked before any is asked, so a typo is
+ * a usage error whatever the network does. */
+static bool hunt_leader(struct hunt *h, const struct ctl_opts *o, uint64_t read_ms,
+                        uint64_t deadline_us, int *rc)
 {
-    static struct hunt h;
     const char *p = o->addr;
     bool found = false;
-    memset(&h, 0, sizeof h);
-    h.o = o;
-    /* Every address is checked before any is asked, so a typo is a usage
-     * error whatever the network does. */
+    memset(h, 0, sizeof *h);
+    h->o = o;
+    h->read_ms = read_ms;
+    h->deadline_us = deadline_us;
+    *rc = 0;
     for (const char *q = p;; q++) {
         const char *comma = strchr(q, ',');
         size_t len = comma ? (size_t)(comma - q) : strlen(q);
         char host[256];
         unsigned port;
         if (!ctl_split_addr(q, len, host, sizeof host, &port) || port + 2 > 65535 ||
-            len >= TEXT_MAX)
-            return ctl_die_usage("bad address in --addr '%s'", o->addr);
+            len >= TEXT_MAX) {
+            *rc = ctl_die_usage("bad address in --addr '%s'", o->addr);
+            return false;
+        }
         if (comma == NULL)
             break;
         q = comma;
@@ -645,11 +662,42 @@ int ctl_members(const struct ctl_opts *o)
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char addr[TEXT_MAX];
         snprintf(addr, sizeof addr, "%.*s", (int)len, p);
-        found = ask(&h, addr, 0);
+        found = ask(h, addr, 0);
         if (comma == NULL)
             break;
         p = comma + 1;
     }
+    return found;
+}
+
+int ctl_find_leader(const struct ctl_opts *o, uint64_t read_ms, uint64_t deadline_us, char *id,
+                    char *peer_addr, size_t cap)
+{
+    static struct hunt h;
+    int rc;
+    bool found = hunt_leader(&h, o, read_ms, deadline_us, &rc);
+    if (rc != 0)
+        return rc;
+    /* Without the leader's own answer, the leader a follower names: its
+     * admin port may be down while its peer port is not. */
+    const struct view *v = found ? &h.got : h.have_fallback ? &h.fallback : NULL;
+    const char *leader = v == NULL ? "" : found ? v->node_id : v->leader;
+    for (uint32_t i = 0; v != NULL && id_known(leader) && i < v->n; i++)
+        if (strcmp(v->m[i].id, leader) == 0 && v->m[i].peer_addr[0] != '\0') {
+            snprintf(id, cap, "%s", leader);
+            snprintf(peer_addr, cap, "%s", v->m[i].peer_addr);
+            return 0;
+        }
+    return CTL_EXIT_UNAVAILABLE;
+}
+
+int ctl_members(const struct ctl_opts *o)
+{
+    static struct hunt h;
+    int rc;
+    bool found = hunt_leader(&h, o, o->timeout_ms, 0, &rc);
+    if (rc != 0)
+        return rc;
     const struct view *v = found ? &h.got : h.have_fallback ? &h.fallback : NULL;
     if (v == NULL) {
         if (o->json)

@@ -256,15 +256,14 @@ static void on_remove(struct tk_raftd *r, struct tk_plink *l, const struct tk_ra
         send_join_reply(r, l, m->from, TK_RAFT_JOIN_OK); /* gone already */
         return;
     }
-    struct tk_raft_update up;
     if (id == r->s->node_id) {
-        /* The leader cannot remove itself: another leader will. */
-        tk_log(TK_LOG_INFO, "asked to remove this leader; handing leadership over first");
-        int rc = tk_raft_transfer(r->core, 0, r->now, &up);
-        raftd_process(r, rc, &up);
-        send_join_reply(r, l, m->from, TK_RAFT_JOIN_RETRY);
+        /* The leader is alive by definition: not a member gone for good. */
+        tk_log(TK_LOG_WARN, "removal of %016llx refused: it is this leader",
+               (unsigned long long)id);
+        send_join_reply(r, l, m->from, TK_RAFT_JOIN_REFUSED);
         return;
     }
+    struct tk_raft_update up;
     struct tk_raft_status st;
     tk_raft_status(r->core, &st);
     uint64_t heard = 0;
@@ -309,7 +308,8 @@ static void on_join_reply(struct tk_raftd *r, const struct tk_wire_frame *f)
         r->removed = true;
         set_note(r, RAFTD_REMOVED, TK_LOG_ERROR,
                  "leader %016llx says NodeId %016llx is no longer in the configuration "
-                 "(replaced or removed); exiting so that a restart rejoins under a new NodeId",
+                 "(replaced or removed); exiting with status 3 (restarted at an address of "
+                 "--peers, a process joins again under a new NodeId)",
                  (unsigned long long)m->from, (unsigned long long)r->s->node_id);
         atomic_store(&r->s->removed, 1);
         return;

@@ -216,10 +216,9 @@ enum tk_raft_join_status {
     TK_RAFT_JOIN_REMOVED = 4,    /* from a leader: the receiver is not in its configuration */
 };
 /* JOIN_REPLY also answers REMOVE: OK (removal appended, or not a member),
- * NOT_LEADER, RETRY (a change is in flight, or the leader hands over
- * because it is the one to go), REFUSED (the member was heard from within
- * an election timeout: it is alive, and removing it is not for this
- * command). */
+ * NOT_LEADER, RETRY (a change is in flight), REFUSED (the member is the
+ * leader or was heard from within an election timeout: it is alive, and
+ * removing it is not for this command; or it is the last voter). */
 
 #define TK_RAFT_PROBE_MEMBER 0x01u /* the replier belongs to a domain */
 #define TK_RAFT_PROBE_LEADER 0x02u /* the replier is the leader */

@@ -3,13 +3,16 @@
  * token in the environment, the command's exit code passed through, the
  * command stopped when the lease runs out), every outcome has its own exit
  * code, and acquire/release/query/ping/status/members print what scripts
- * need; members shows the leader's view whichever member it asks.
+ * need; members shows the leader's view whichever member it asks;
+ * remove-member removes a stopped member (which exits 3 when it wakes)
+ * but never a live one, and only with the peer secret.
  *
  * Method: the real ticketctl binary against a real ticketingd, run as child
  * processes with TICKETING_ADDR / TICKETING_SECRET_FILE; the indeterminate
  * case goes through tk_proxy holding the server's answers; members also
  * runs against a real 3-node cluster (fast timers), healthy and with the
- * majority killed. Time bounds are loose protocol deadlines only.
+ * majority killed, and remove-member against it with a follower
+ * SIGSTOPped. Time bounds are loose protocol deadlines only.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -485,4 +488,208 @@ Test(ctl_members, without_a_leader_lists_what_a_node_knows_and_exits_83)
         cr_assert(!rows[i].leader, "%s", out);
         cr_assert_str_eq(rows[i].match, "-", "only the leader knows match:\n%s", out);
     }
+}
+
+/* ---- remove-member ---------------------------------------------------------------- */
+
+/* The NodeId of member i as `members` prints it. */
+static void member_id(int i, char id[17])
+{
+    uint64_t v = tk_cluster_node_id(&cl, i);
+    cr_assert_neq(v, 0, "no node_id from member %d", i);
+    snprintf(id, 17, "%016llx", (unsigned long long)v);
+}
+
+/* The last output of listed_voters, for assertion messages. */
+static char listed[1 << 16];
+
+/* The voters `members` lists (asked at --addr addr); whether id is among the members. */
+static int listed_voters(const char *addr, const char *id, bool *has_id)
+{
+    char *out = listed, *text;
+    struct row rows[8];
+    cr_assert_eq(ctl(ARGS("members", addr), NULL, &text), 0, "%s", text);
+    snprintf(listed, sizeof listed, "%s", text);
+    int n = member_rows(out, rows, 8), voters = 0;
+    *has_id = false;
+    for (int i = 0; i < n; i++) {
+        voters += strcmp(rows[i].role, "voter") == 0;
+        *has_id |= strcmp(rows[i].id, id) == 0;
+    }
+    return voters;
+}
+
+/* Every member's client address, for --addr (a stopped one included). */
+static void all_addrs(char *out, size_t cap)
+{
+    size_t off = (size_t)snprintf(out, cap, "--addr=");
+    for (int i = 0; i < cl.n; i++)
+        off += (size_t)snprintf(out + off, cap - off, "%s127.0.0.1:%u", i ? "," : "",
+                                cl.node[i].port);
+}
+
+static bool file_contains(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap + 1);
+    bool found = false;
+    while (buf != NULL && !found) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        buf[n] = '\0';
+        found = strstr(buf, needle) != NULL;
+        if (got == 0 || n < cap)
+            break;
+        /* Keep the tail a needle could straddle. */
+        size_t keep = strlen(needle);
+        memmove(buf, buf + n - keep, keep);
+        n = keep;
+    }
+    free(buf);
+    fclose(f);
+    return found;
+}
+
+Test(ctl_members, remove_member_refuses_a_live_member)
+{
+    char id[17], addrs[256], leader_addr[64], peer[400], *out;
+    bool has;
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    int f = (l + 1) % 3;
+    member_id(f, id);
+    all_addrs(addrs, sizeof addrs);
+    snprintf(leader_addr, sizeof leader_addr, "--addr=127.0.0.1:%u", cl.node[l].port);
+    snprintf(peer, sizeof peer, "TICKETING_PEER_SECRET_FILE=%s", cl.node[l].peer_secret_file);
+    cr_assert_eq(ctl(ARGS(addrs, "remove-member", id), ARGS(peer), &out), 84, "%s", out);
+    cr_assert(strstr(out, "refused") != NULL, "%s", out);
+    cr_assert_eq(listed_voters(leader_addr, id, &has), 3, "%s", listed);
+    cr_assert(has, "%s is gone from members", id);
+    cr_assert(tk_node_alive(&cl.node[f]), "the follower exited");
+    /* The leader itself: alive by definition, refused, and it stays leader. */
+    member_id(l, id);
+    cr_assert_eq(ctl(ARGS(addrs, "remove-member", id), ARGS(peer), &out), 84, "%s", out);
+    cr_assert_eq(tk_cluster_leader(&cl, 2000, 0), l, "asking to remove the leader moved it");
+    cr_assert_eq(listed_voters(leader_addr, id, &has), 3, "%s", listed);
+}
+
+Test(ctl_members, remove_member_of_a_stopped_member_and_it_exits_3_when_it_wakes)
+{
+    char id[17], addrs[256], leader_addr[64], peer[400], want[64], *out;
+    bool has;
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    int f = (l + 1) % 3;
+    member_id(f, id);
+    all_addrs(addrs, sizeof addrs);
+    snprintf(leader_addr, sizeof leader_addr, "--addr=127.0.0.1:%u", cl.node[l].port);
+    snprintf(peer, sizeof peer, "--peer-secret-file=%s", cl.node[l].peer_secret_file);
+    pid_t pid = cl.node[f].pid;
+    cr_assert_eq(kill(pid, SIGSTOP), 0);
+    usleep(1500 * 1000); /* past the election timeout (400 ms): the leader stops hearing it */
+
+    /* Its address is in --addr and does not answer: each /status read has
+     * a quarter of --timeout. */
+    cr_assert_eq(ctl(ARGS(addrs, "remove-member", id, peer, "--timeout", "10s"), NULL, &out), 0,
+                 "%s", out);
+    snprintf(want, sizeof want, "removed %s\n", id);
+    cr_assert(strstr(out, want) != NULL, "%s", out);
+    /* OK means the removal is appended; /status lists it once committed
+     * (a heartbeat or two later). */
+    int voters = 0;
+    for (uint64_t end = tk_test_ms() + 3000; tk_test_ms() < end; usleep(50000))
+        if ((voters = listed_voters(leader_addr, id, &has)) == 2)
+            break;
+    cr_assert_eq(voters, 2, "%s", listed);
+    cr_assert(!has, "%s is still a member", id);
+    /* Asked again: not a member, so nothing to do, and said as removed. */
+    cr_assert_eq(ctl(ARGS(leader_addr, "remove-member", id, peer, "--json"), NULL, &out), 0, "%s",
+                 out);
+    cr_assert(strstr(out, "\"outcome\":\"removed\"") != NULL, "%s", out);
+
+    /* Woken, it campaigns; the leader tells it it is no longer a member. */
+    cr_assert_eq(kill(pid, SIGCONT), 0);
+    int st = 0;
+    pid_t r = 0;
+    for (uint64_t end = tk_test_ms() + 10000; r != pid && tk_test_ms() < end;) {
+        r = waitpid(pid, &st, WNOHANG);
+        if (r != pid)
+            usleep(20000);
+    }
+    if (r != pid)
+        cl.keep_logs = true;
+    cr_assert_eq(r, pid, "the removed member still runs 10 s after waking");
+    cl.node[f].pid = -1;
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 3, "wait status %#x, wanted exit 3", st);
+    cr_assert(file_contains(cl.node[f].log_file, "no longer in the configuration"),
+              "its log does not say why it exited");
+
+    /* The two that are left still serve. */
+    cr_assert_eq(ctl(ARGS(leader_addr, "acquire", "after-remove", "--wait", "5s"), NULL, &out), 0,
+                 "%s", out);
+}
+
+Test(ctl_members, remove_member_with_a_wrong_peer_secret_fails)
+{
+    char id[17], leader_addr[64], peer[400], path[300], *out;
+    bool has;
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    int f = (l + 1) % 3;
+    member_id(f, id);
+    snprintf(leader_addr, sizeof leader_addr, "--addr=127.0.0.1:%u", cl.node[l].port);
+    snprintf(path, sizeof path, "%s/wrong-peer.secret", dir);
+    FILE *fp = fopen(path, "w");
+    cr_assert(fp != NULL);
+    fputs("not-the-peer-secret-of-this-cluster\n", fp);
+    fclose(fp);
+    snprintf(peer, sizeof peer, "--peer-secret-file=%s", path);
+    /* Stopped long enough to be removable: only the secret stands in the way. */
+    cr_assert_eq(kill(cl.node[f].pid, SIGSTOP), 0);
+    usleep(1500 * 1000);
+    int code = ctl(ARGS(leader_addr, "remove-member", id, peer), NULL, &out);
+    kill(cl.node[f].pid, SIGCONT);
+    cr_assert_eq(code, 1, "exit %d: %s", code, out);
+    cr_assert(strstr(out, "peer secret was rejected") != NULL, "%s", out);
+    /* The client secret is not the peer secret either. */
+    snprintf(peer, sizeof peer, "--peer-secret-file=%s", cl.node[l].secret_file);
+    cr_assert_eq(ctl(ARGS(leader_addr, "remove-member", id, peer), NULL, &out), 1, "%s", out);
+    cr_assert_eq(listed_voters(leader_addr, id, &has), 3, "%s", listed);
+    cr_assert(has, "%s was removed", id);
+}
+
+Test(ctl, remove_member_usage_errors_exit_64)
+{
+    char peer[400], bad[400];
+    snprintf(peer, sizeof peer, "--peer-secret-file=%s", node.peer_secret_file);
+    snprintf(bad, sizeof bad, "--peer-secret-file=%s/nonexistent", dir);
+    expect_exit(ARGS("remove-member", peer), NULL, 64);                          /* no NODEID */
+    expect_exit(ARGS("remove-member", "0123", peer), NULL, 64);                  /* short */
+    expect_exit(ARGS("remove-member", "0123456789abcdefa", peer), NULL, 64);     /* long */
+    expect_exit(ARGS("remove-member", "0123456789abcdeg", peer), NULL, 64);      /* not hex */
+    expect_exit(ARGS("remove-member", "0000000000000000", peer), NULL, 64);      /* no NodeId */
+    expect_exit(ARGS("remove-member", "0123456789abcdef", "extra", peer), NULL, 64);
+    expect_exit(ARGS("remove-member", "0123456789abcdef"), ARGS("TICKETING_PEER_SECRET_FILE"),
+                64);                                                            /* no secret */
+    expect_exit(ARGS("remove-member", "0123456789abcdef", bad), NULL, 64);       /* unreadable */
+    expect_exit(ARGS("remove-member", "0123456789abcdef", peer), ARGS("TICKETING_ADDR"), 64);
+    expect_exit(ARGS("remove-member", "0123456789abcdef", peer, "--addr", "127.0.0.1"), NULL, 64);
+}
+
+Test(ctl, remove_member_without_a_peer_port_is_unavailable)
+{
+    char peer[400], id[32], *out;
+    static char body[1 << 16];
+    /* A standalone node has no peer port: nothing answers there. */
+    cr_assert_eq(tk_http_get(node.port + 2, "/status", body, sizeof body), 200);
+    status_id(body, id, sizeof id);
+    snprintf(peer, sizeof peer, "TICKETING_PEER_SECRET_FILE=%s", node.peer_secret_file);
+    uint64_t t0 = tk_test_ms();
+    cr_assert_eq(ctl(ARGS("remove-member", id, "--timeout", "1s"), ARGS(peer), &out), 83, "%s",
+                 out);
+    cr_assert_lt(tk_test_ms() - t0, 3000, "--timeout 1s took %llu ms",
+                 (unsigned long long)(tk_test_ms() - t0));
 }
