@@ -77,6 +77,7 @@ struct tk_raftd {
     char join_leader_addr[TK_ADDR_MAX];    /* its peer address */
     uint64_t join_domain_lo, join_domain_hi; /* the domain we join (0,0: none seen) */
     uint64_t leader_heard_us;              /* last Append/Snapshot from a leader */
+    uint64_t leader_seen_us;               /* fresh: since when probes name a live leader */
     uint8_t join_reply;                    /* last JoinReply status, 0xff: none */
     uint8_t membership;                    /* enum raftd_membership, published */
     bool removed;                          /* the leader says we are not a member */

@@ -475,6 +475,10 @@ static void maybe_bootstrap(struct tk_raftd *r)
     r->domain_seen = member_seen;
     if (member_seen && !leader_seen)
         r->join_leader_id = 0; /* the leader we knew is gone: wait, say why */
+    if (!leader_seen)
+        r->leader_seen_us = 0;
+    else if (!r->leader_seen_us)
+        r->leader_seen_us = r->now;
     if (member_seen) {
         if (leader_seen || fresh < r->npeers / 2 + 1 || lowest_forced != r->s->node_id)
             return;
@@ -514,6 +518,17 @@ static void maybe_join(struct tk_raftd *r)
                  "peers belong to fencing domain %016llx%016llx but none knows a leader; "
                  "waiting to join. If a majority of members lost their state, that domain "
                  "cannot recover: restart the members with --force-new-domain",
+                 (unsigned long long)r->join_domain_hi, (unsigned long long)r->join_domain_lo);
+        return;
+    }
+    /* Run to recover from a lost majority, a node joins only a leader that
+     * stays in office: one about to step down (check-quorum) would leave
+     * it a learner of a dead domain, unable to form the new one. */
+    uint64_t confirm_us = 2u * (uint64_t)r->s->opt.election_ms * 1000u;
+    if (r->s->opt.force_new_domain && r->now - r->leader_seen_us < confirm_us) {
+        set_note(r, RAFTD_WAITING, TK_LOG_INFO,
+                 "--force-new-domain: a leader of domain %016llx%016llx answers; joining it "
+                 "once it has stayed in office for two election timeouts",
                  (unsigned long long)r->join_domain_hi, (unsigned long long)r->join_domain_lo);
         return;
     }

@@ -761,6 +761,71 @@ Test(rejoin, two_of_three_lost_no_grant_no_bootstrap)
     passed = true;
 }
 
+Test(rejoin, two_of_three_lost_force_new_domain_recovers_after_the_hold)
+{
+    cr_assert_eq(tk_cluster_start(&cl, 3, fast), 0, "cluster did not elect a leader");
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    char dom[33];
+    domain_of(l, dom);
+    struct tk_tc *h = open_node(l);
+    tk_tc_send(h, "A 1 old-lock holder 240000 0\n");
+    uint64_t old_token = grant(h, 1);
+    drop(h);
+    int f1 = (l + 1) % 3, f2 = (l + 2) % 3;
+    kill9(f1);
+    kill9(f2);
+    /* The operator acts once the outage shows (the survivor steps down
+     * within an election timeout) and restarts the lost members, one with
+     * the flag and a short hold (the default is the longest lease, 250 s). */
+    uint64_t down_by = tk_test_ms() + 3000;
+    while (tk_cluster_leader(&cl, 0, 0) >= 0 && tk_test_ms() < down_by)
+        usleep(20000);
+    cr_assert_lt(tk_cluster_leader(&cl, 0, 0), 0, "the survivor still serves");
+    static const char *const forced[] = {"--force-new-domain", "--new-domain-hold-ms", "3000",
+                                         NULL};
+    uint64_t t0 = tk_test_ms();
+    cr_assert_eq(tk_cluster_restart_with(&cl, f1, forced), 0);
+    cr_assert_eq(tk_cluster_restart(&cl, f2), 0);
+    /* A new domain forms among the two fresh nodes. */
+    char d1[33] = "", d2[33] = "";
+    uint64_t end = t0 + 10000;
+    while (tk_test_ms() < end) {
+        if (tk_cluster_domain(&cl, f1, d1) && tk_cluster_domain(&cl, f2, d2) &&
+            strcmp(d1, zero_domain) && !strcmp(d1, d2))
+            break;
+        usleep(20000);
+    }
+    cr_assert_str_neq(d1, zero_domain, "no new domain within 10 s");
+    cr_assert_str_eq(d1, d2, "the fresh nodes disagree on the domain");
+    cr_assert_str_neq(d1, dom, "the old domain came back");
+    uint64_t formed = tk_test_ms();
+    /* During the hold nothing serves and nothing is granted. */
+    while (tk_test_ms() < formed + 2500) {
+        cr_assert_lt(tk_cluster_leader(&cl, 0, 1u << l), 0, "a forced domain serves during the hold");
+        usleep(50000);
+    }
+    uint64_t tok = acquire_by("new-lock", 1u << l, t0 + 20000);
+    uint64_t served = tk_test_ms();
+    fprintf(stderr, "rejoin/force_new_domain: new domain %s formed %" PRIu64 " ms after the "
+                    "restarts, first grant after %" PRIu64 " ms (hold 3000 ms)\n",
+            d1, formed - t0, served - t0);
+    cr_assert_geq(served - formed, 2800, "granted before the hold ran out");
+    cr_assert_gt(tok, old_token, "the new domain's tokens must be larger");
+    /* The survivor still holds the old domain; restarted, it joins the new
+     * one and is promoted to the third voter. */
+    domain_of(l, d2);
+    cr_assert_str_eq(d2, dom, "the survivor left its domain by itself");
+    kill9(l);
+    cr_assert_eq(tk_cluster_restart(&cl, l), 0);
+    cr_assert_geq(await_ready(l, 30000), 0);
+    uint64_t ids[3];
+    for (int i = 0; i < 3; i++)
+        ids[i] = tk_cluster_node_id(&cl, i);
+    await_members(3, ids, NULL, 0, 5000);
+    expect_domain_everywhere(d1, 0);
+    passed = true;
+}
+
 /* ---------------------------------------------------------------- */
 /* 5: the leader's memory across many replacements. */
 

@@ -60,7 +60,7 @@ int tk_cluster_leader(struct tk_cluster *c, int timeout_ms, unsigned skip_mask)
 
 /* Spawns member i with the arguments every start of it gets: its ports,
  * the cluster's --peers, its secret files and the cluster's extra list. */
-static int spawn_member(struct tk_cluster *c, int i)
+static int spawn_member(struct tk_cluster *c, int i, const char *const *more)
 {
     char adv[64];
     snprintf(adv, sizeof(adv), "127.0.0.1:%u", c->node[i].port);
@@ -76,6 +76,8 @@ static int spawn_member(struct tk_cluster *c, int i)
     args[a++] = "2";
     for (int k = 0; c->extra && c->extra[k] && a < 38; k++)
         args[a++] = c->extra[k];
+    for (int k = 0; more && more[k] && a < 38; k++)
+        args[a++] = more[k];
     args[a] = NULL;
     return tk_node_spawn(&c->node[i], args);
 }
@@ -103,13 +105,18 @@ int tk_cluster_start(struct tk_cluster *c, int n, const char *const *extra)
     for (int i = 0; i < n; i++) {
         if (tk_node_prepare(&c->node[i], ports[i]) < 0)
             return -1;
-        if (spawn_member(c, i) < 0)
+        if (spawn_member(c, i, NULL) < 0)
             return -1;
     }
     return tk_cluster_leader(c, 15000, 0) >= 0 ? 0 : -1;
 }
 
 int tk_cluster_restart(struct tk_cluster *c, int i)
+{
+    return tk_cluster_restart_with(c, i, NULL);
+}
+
+int tk_cluster_restart_with(struct tk_cluster *c, int i, const char *const *more)
 {
     if (i < 0 || i >= c->n || !c->node[i].dir[0])
         return -1;
@@ -128,7 +135,7 @@ int tk_cluster_restart(struct tk_cluster *c, int i)
         fprintf(f, "==== tk_cluster_restart: member %d, fresh process ====\n", i);
         fclose(f);
     }
-    if (spawn_member(c, i) < 0)
+    if (spawn_member(c, i, more) < 0)
         return -1;
     return tk_node_wait_port(n, 15000);
 }

@@ -43,6 +43,8 @@ bool tk_json_str(const char *json, const char *name, char *out, size_t cap);
  * is appended to (a "restart" marker line first). Waits until its client
  * port answers. Returns 0 or -1. */
 int tk_cluster_restart(struct tk_cluster *c, int i);
+/* The same with more arguments after the cluster's (NULL-terminated). */
+int tk_cluster_restart_with(struct tk_cluster *c, int i, const char *const *more);
 /* The helpers below that read /status parse it in static buffers: call
  * them from one thread (the test's), not from load threads. */
 /* Waits until GET /readyz of node i answers 200; returns the milliseconds
