@@ -280,29 +280,27 @@ static void batch_add(struct tk_raftd *r, const uint8_t *data, uint32_t len)
     r->batch_cmds++;
 }
 
-/* The token of the GRANT at pos of a snapshot part (its length in *len),
- * or UINT64_MAX past the end. */
-static uint64_t snapshot_head(const struct tk_msg_snap_part *part, size_t pos, size_t *len)
+static void snapshot_part_free(struct tk_msg_snap_part *part)
 {
-    if (pos == part->len)
-        return UINT64_MAX;
-    struct tk_cmd c;
-    TK_ASSERT(tk_cmd_decode(part->data + pos, part->len - pos, &c, len) == TK_OK);
-    TK_ASSERT(c.type == TK_CMD_GRANT && c.token != 0);
-    return c.token;
+    free(part->data);
+    free(part->recs);
+    part->data = NULL;
+    part->recs = NULL;
 }
 
 static void snapshot_part(struct tk_raftd *r, const struct tk_msg_snap_part *part)
 {
     if (!r->snap_busy || part->index != r->snap_index) {
-        free(part->data);
+        struct tk_msg_snap_part stale = *part;
+        snapshot_part_free(&stale);
         return;
     }
     r->parts[r->snap_parts++] = *part;
     if (r->snap_parts < r->s->nworkers)
         return;
-    /* Every shard cut at the same index, each part in token order: merge
-     * them into one blob in token order (restore applies in that order). */
+    /* Every shard cut at the same index, each part's records listed in
+     * token order: merge them into one blob in token order (restore
+     * applies in that order). */
     uint64_t count = 0;
     size_t bytes = 16;
     for (uint32_t w = 0; w < r->snap_parts; w++) {
@@ -314,30 +312,26 @@ static void snapshot_part(struct tk_raftd *r, const struct tk_msg_snap_part *par
     memcpy(blob, SNAP_MAGIC, 8);
     memcpy(blob + 8, &count, 8);
     size_t off = 16;
-    /* Each part's head record, decoded once per step of its part. */
-    size_t pos[TK_WORKERS_MAX] = {0}, head_len[TK_WORKERS_MAX] = {0};
-    uint64_t head_token[TK_WORKERS_MAX];
-    for (uint32_t w = 0; w < r->snap_parts; w++)
-        head_token[w] = snapshot_head(&r->parts[w], 0, &head_len[w]);
+    uint64_t pos[TK_WORKERS_MAX] = {0};
     uint64_t last = 0;
     for (uint64_t k = 0; k < count; k++) {
-        uint32_t best = 0;
-        for (uint32_t w = 1; w < r->snap_parts; w++)
-            if (head_token[w] < head_token[best])
-                best = w;
-        TK_ASSERT(head_token[best] != UINT64_MAX);
-        TK_ASSERT(head_token[best] > last); /* tokens are unique and parts sorted */
-        last = head_token[best];
-        memcpy(blob + off, r->parts[best].data + pos[best], head_len[best]);
-        off += head_len[best];
-        pos[best] += head_len[best];
-        head_token[best] = snapshot_head(&r->parts[best], pos[best], &head_len[best]);
+        int best = -1;
+        for (uint32_t w = 0; w < r->snap_parts; w++)
+            if (pos[w] < r->parts[w].count &&
+                (best < 0 || r->parts[w].recs[pos[w]].token <
+                                 r->parts[best].recs[pos[best]].token))
+                best = (int)w;
+        TK_ASSERT(best >= 0);
+        const struct tk_snap_rec *rec = &r->parts[best].recs[pos[best]++];
+        TK_ASSERT(rec->token > last); /* tokens are unique and parts sorted */
+        TK_ASSERT(rec->off + rec->len <= r->parts[best].len);
+        last = rec->token;
+        memcpy(blob + off, r->parts[best].data + rec->off, rec->len);
+        off += rec->len;
     }
     TK_ASSERT(off == bytes);
-    for (uint32_t w = 0; w < r->snap_parts; w++) {
-        free(r->parts[w].data);
-        r->parts[w].data = NULL;
-    }
+    for (uint32_t w = 0; w < r->snap_parts; w++)
+        snapshot_part_free(&r->parts[w]);
     r->snap_parts = 0;
     r->snap_busy = false;
     atomic_store(&r->m_last_snapshot_bytes, bytes);
@@ -605,7 +599,7 @@ void tk_raftd_destroy(struct tk_server *s)
     for (uint32_t i = 0; i < s->nworkers; i++)
         tk_outbox_free(&r->to_worker[i]);
     for (uint32_t w = 0; w < r->snap_parts; w++)
-        free(r->parts[w].data);
+        snapshot_part_free(&r->parts[w]);
     tk_peers_destroy(r->peers);
     if (r->core)
         tk_raft_destroy(r->core);

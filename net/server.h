@@ -65,11 +65,22 @@ struct tk_msg_reply {
 
 /* A shard's part of a snapshot: malloc'd GRANT encodings; the Raft thread
  * takes ownership of data. */
+/* Where one GRANT record of a snapshot part is. */
+struct tk_snap_rec {
+    uint64_t token;
+    size_t off, len;
+};
+
+/* A shard's cut: count GRANT records in data, in table order, and recs
+ * listing them in token order (the Raft thread merges the parts through
+ * recs, so nothing is decoded or copied twice). Both from malloc(); the
+ * receiver frees them. */
 struct tk_msg_snap_part {
     uint64_t index;
     uint64_t count;
     uint8_t *data;
     size_t len;
+    struct tk_snap_rec *recs;
 };
 
 /* Connection reference carried with requests: worker | slot | generation. */

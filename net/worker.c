@@ -273,65 +273,96 @@ static void set_role(struct tk_worker *w, const struct tk_msg_role *m)
     replay_early(w);
 }
 
+/* A shard's cut in progress: the GRANT records in table order, and where
+ * each one is. Both arrays are sized from the held count up front and
+ * double when needed: a cut of a million holders is a few large
+ * allocations, not a million reallocs. */
+struct snap_cut {
+    struct tk_msg_snap_part part;
+    size_t cap;
+    uint64_t recs_cap;
+};
+
 static void snapshot_cut_fn(void *ctx, const struct tk_cmd *grant)
 {
-    struct tk_msg_snap_part *part = ctx;
-    uint8_t *p = realloc(part->data, part->len + TK_CMD_ENCODED_MAX);
-    TK_ASSERT(p != NULL);
-    part->data = p;
-    size_t n = tk_cmd_encode(grant, p + part->len, TK_CMD_ENCODED_MAX);
+    struct snap_cut *sc = ctx;
+    struct tk_msg_snap_part *part = &sc->part;
+    if (sc->cap - part->len < TK_CMD_ENCODED_MAX) {
+        sc->cap = TK_MAX(sc->cap * 2, part->len + TK_CMD_ENCODED_MAX);
+        part->data = realloc(part->data, sc->cap);
+        TK_ASSERT(part->data != NULL);
+    }
+    if (part->count == sc->recs_cap) {
+        sc->recs_cap = TK_MAX(sc->recs_cap * 2, 1024);
+        part->recs = realloc(part->recs, sc->recs_cap * sizeof(*part->recs));
+        TK_ASSERT(part->recs != NULL);
+    }
+    size_t n = tk_cmd_encode(grant, part->data + part->len, TK_CMD_ENCODED_MAX);
     TK_ASSERT(n > 0);
+    part->recs[part->count] = (struct tk_snap_rec){grant->token, part->len, n};
     part->len += n;
     part->count++;
 }
 
-struct snap_rec {
-    uint64_t token;
-    size_t off, len;
-};
-
-static int snap_rec_cmp(const void *a, const void *b)
-{
-    const struct snap_rec *x = a, *y = b;
-    return x->token < y->token ? -1 : x->token > y->token;
-}
-
-/* Reorders a part's GRANT records by token, so the Raft thread only merges
- * (the shards sort in parallel, off the Raft thread). */
+/* Sorts the records by token: LSD radix sort on token - min, 16 bits a
+ * pass, as many passes as the tokens' spread needs (one or two in
+ * practice: a shard's holders were granted within a short span of the
+ * counter). Linear, and done here so the shards sort in parallel, off the
+ * Raft thread, which only merges. */
 static void snapshot_sort(struct tk_msg_snap_part *part)
 {
-    if (part->count < 2)
+    uint64_t n = part->count;
+    if (n < 2)
         return;
-    struct snap_rec *recs = malloc(sizeof(*recs) * part->count);
-    uint8_t *sorted = malloc(part->len);
-    TK_ASSERT(recs && sorted);
-    size_t off = 0;
-    for (uint64_t i = 0; i < part->count; i++) {
-        struct tk_cmd c;
-        size_t used;
-        TK_ASSERT(tk_cmd_decode(part->data + off, part->len - off, &c, &used) == TK_OK);
-        recs[i] = (struct snap_rec){c.token, off, used};
-        off += used;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        lo = TK_MIN(lo, part->recs[i].token);
+        hi = TK_MAX(hi, part->recs[i].token);
     }
-    qsort(recs, part->count, sizeof(*recs), snap_rec_cmp);
-    off = 0;
-    for (uint64_t i = 0; i < part->count; i++) {
-        TK_ASSERT(i == 0 || recs[i].token > recs[i - 1].token);
-        memcpy(sorted + off, part->data + recs[i].off, recs[i].len);
-        off += recs[i].len;
+    struct tk_snap_rec *a = part->recs, *b = malloc(n * sizeof(*b));
+    uint32_t *count = malloc(65536 * sizeof(*count));
+    TK_ASSERT(b != NULL);
+    TK_ASSERT(count != NULL);
+    for (unsigned shift = 0; shift < 64 && ((hi - lo) >> shift) != 0; shift += 16) {
+        memset(count, 0, 65536 * sizeof(*count));
+        for (uint64_t i = 0; i < n; i++)
+            count[((a[i].token - lo) >> shift) & 0xffff]++;
+        uint32_t sum = 0;
+        for (uint32_t d = 0; d < 65536; d++) {
+            uint32_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (uint64_t i = 0; i < n; i++)
+            b[count[((a[i].token - lo) >> shift) & 0xffff]++] = a[i];
+        struct tk_snap_rec *t = a;
+        a = b;
+        b = t;
     }
-    free(recs);
-    free(part->data);
-    part->data = sorted;
+    free(count);
+    free(b);
+    part->recs = a;
+    for (uint64_t i = 1; i < n; i++)
+        TK_ASSERT(a[i].token > a[i - 1].token); /* tokens are unique */
 }
 
 static void snapshot_cut(struct tk_worker *w, uint64_t index)
 {
-    struct tk_msg_snap_part part = {.index = index};
-    tk_lock_each_holder(w->table, snapshot_cut_fn, &part);
-    snapshot_sort(&part);
+    struct tk_lock_stats ls;
+    tk_lock_stats(w->table, &ls);
+    struct snap_cut sc = {.part = {.index = index}};
+    /* Most keys are short: 64 bytes a record covers them without growth. */
+    sc.cap = TK_MAX((size_t)ls.held * 64u, (size_t)TK_CMD_ENCODED_MAX);
+    sc.part.data = malloc(sc.cap);
+    sc.recs_cap = TK_MAX(ls.held, 1024u);
+    sc.part.recs = malloc(sc.recs_cap * sizeof(*sc.part.recs));
+    TK_ASSERT(sc.part.data != NULL);
+    TK_ASSERT(sc.part.recs != NULL);
+    tk_lock_each_holder(w->table, snapshot_cut_fn, &sc);
+    TK_ASSERT(sc.part.count == ls.held);
+    snapshot_sort(&sc.part);
     struct tk_msg_snap_part *m = tk_outbox_put(&w->to_raft, TK_MSG_SNAP_PART, sizeof(*m));
-    *m = part;
+    *m = sc.part;
 }
 
 static unsigned drain_raft(struct tk_worker *w)
