@@ -23,6 +23,23 @@ void tk_log_init(int level, uint64_t node_id)
     log_node = node_id;
 }
 
+void tk_accept_done(struct tk_accept *a, int res, bool more, uint64_t now_us, const char *what)
+{
+    if (res >= 0 || res == -ECANCELED) {
+        a->backoff_us = 0;
+    } else {
+        a->errors++;
+        if (a->backoff_us == 0)
+            tk_log(TK_LOG_WARN, "%s: accept failed: %s; retrying with backoff", what,
+                   strerror(-res));
+        a->backoff_us = TK_MIN(TK_MAX(a->backoff_us * 2, 10000u), 1000000u);
+    }
+    if (!more) {
+        a->armed = false;
+        a->retry_at_us = res < 0 && res != -ECANCELED ? now_us + a->backoff_us : now_us;
+    }
+}
+
 const char *tk_wall_str(uint64_t wall_us, char *buf, size_t cap)
 {
     time_t sec = (time_t)(wall_us / 1000000u);

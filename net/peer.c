@@ -59,6 +59,7 @@ struct tk_peers {
     struct __kernel_timespec connect_ts;
     struct tk_wire_scratch scratch;
     struct tk_peer_stats st;
+    struct tk_accept accept;
 };
 
 static uint64_t pud(int op, uint32_t slot, uint32_t gen)
@@ -89,6 +90,7 @@ static void arm_accept(struct tk_peers *p)
     struct io_uring_sqe *sqe = sqe_get(p);
     io_uring_prep_multishot_accept(sqe, p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
     io_uring_sqe_set_data64(sqe, pud(POP_ACCEPT, 0, 0));
+    p->accept.armed = true;
 }
 
 static void arm_recv(struct tk_peers *p, struct tk_plink *l)
@@ -476,8 +478,8 @@ static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
     case POP_ACCEPT:
         if (cqe->res >= 0)
             on_accept(p, cqe->res);
-        if (!(cqe->flags & IORING_CQE_F_MORE) && !atomic_load(&p->s->stopping))
-            arm_accept(p);
+        tk_accept_done(&p->accept, cqe->res, cqe->flags & IORING_CQE_F_MORE, tk_now_us(),
+                       "peer port");
         break;
     case POP_CONNECT:
         l->connect_inflight = false;
@@ -554,6 +556,8 @@ static void flush_link(struct tk_peers *p, struct tk_plink *l)
 unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
 {
     uint64_t now = tk_now_us();
+    if (tk_accept_due(&p->accept, now) && !atomic_load(&p->s->stopping))
+        arm_accept(p);
     for (uint32_t i = 0; i < LINKS_MAX; i++) {
         struct tk_plink *l = p->links[i];
         if (!l)
@@ -650,4 +654,5 @@ void tk_peers_destroy(struct tk_peers *p)
 void tk_peers_stats(const struct tk_peers *p, struct tk_peer_stats *st)
 {
     *st = p->st;
+    st->accept_errors = p->accept.errors;
 }

@@ -53,7 +53,7 @@ unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us);
 struct tk_peer_stats {
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
     uint64_t dials, handshakes, auth_failures, frames_dropped, links_closed;
-    uint64_t frames_oversize, handshake_timeouts, frames_malformed;
+    uint64_t frames_oversize, handshake_timeouts, frames_malformed, accept_errors;
 };
 void tk_peers_stats(const struct tk_peers *p, struct tk_peer_stats *st);
 

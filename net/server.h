@@ -106,6 +106,7 @@ static inline uint32_t tk_client_gen(uint64_t ref)
     X(conns_open, gauge, "client connections open") \
     X(conns_accepted, counter, "client connections accepted") \
     X(conns_rejected, counter, "connections refused by the connection bound") \
+    X(accept_errors, counter, "client accept errors (EMFILE and the like; retried with backoff)") \
     X(auth_failures, counter, "failed handshakes") \
     X(handshake_timeouts, counter, "handshakes not finished in time") \
     X(req_acquire, counter, "acquire requests") \
@@ -204,5 +205,24 @@ const char *tk_wall_str(uint64_t wall_us, char *buf, size_t cap);
 
 /* Listening socket helper: SO_REUSEADDR, optional SO_REUSEPORT, backlog. */
 int tk_listen(const char *host, uint32_t port, bool reuseport);
+
+/* A multishot accept that must never stay disarmed: after a completion
+ * without IORING_CQE_F_MORE it is re-armed, at once after a success and
+ * after a backoff (10 ms doubling to 1 s) after an error such as EMFILE,
+ * so a listener neither dies nor spins while descriptors are short. */
+struct tk_accept {
+    bool armed;
+    uint64_t retry_at_us;
+    uint64_t backoff_us;
+    uint64_t errors; /* accept errors, for /metrics */
+};
+/* Records one accept completion (res as in the CQE); what names the
+ * listener in the log line, written once per run of errors. */
+void tk_accept_done(struct tk_accept *a, int res, bool more, uint64_t now_us, const char *what);
+/* True when the accept is disarmed and may be armed again now. */
+static inline bool tk_accept_due(const struct tk_accept *a, uint64_t now_us)
+{
+    return !a->armed && now_us >= a->retry_at_us;
+}
 
 #endif

@@ -40,7 +40,7 @@ static void arm_accept(struct tk_worker *w)
     struct io_uring_sqe *sqe = worker_sqe(w);
     io_uring_prep_multishot_accept(sqe, w->listen_fd, NULL, NULL, SOCK_CLOEXEC);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_ACCEPT, 0, 0));
-    w->accept_armed = true;
+    w->accept.armed = true;
 }
 
 static void arm_wake(struct tk_worker *w)
@@ -470,10 +470,8 @@ static void handle_cqe(struct tk_worker *w, struct io_uring_cqe *cqe)
     case OP_ACCEPT:
         if (cqe->res >= 0)
             conn_on_accept(w, cqe->res);
-        else if (cqe->res != -ECANCELED)
-            tk_log(TK_LOG_WARN, "accept failed: %s", strerror(-cqe->res));
-        if (!(cqe->flags & IORING_CQE_F_MORE))
-            w->accept_armed = false;
+        tk_accept_done(&w->accept, cqe->res, cqe->flags & IORING_CQE_F_MORE, w->now_us,
+                       "client port");
         break;
     case OP_RECV:
         c = conn_get(w, slot, gen);
@@ -503,6 +501,8 @@ static uint64_t next_deadline(struct tk_worker *w)
     uint64_t t = tk_lock_next_deadline(w->table);
     if (w->hs_len > 0)
         t = TK_MIN(t, w->hs[w->hs_head].at_us);
+    if (!w->accept.armed)
+        t = TK_MIN(t, w->accept.retry_at_us);
     return TK_MIN(t, w->now_us + 100000u); /* wake at least every 100 ms */
 }
 
@@ -511,6 +511,7 @@ static void publish_stats(struct tk_worker *w)
     struct tk_lock_stats ls;
     tk_lock_stats(w->table, &ls);
     w->stat[TK_WSTAT_keys] = ls.keys;
+    w->stat[TK_WSTAT_accept_errors] = w->accept.errors;
     w->stat[TK_WSTAT_held] = ls.held;
     w->stat[TK_WSTAT_waiters] = ls.waiters;
     w->stat[TK_WSTAT_deferred] = ls.deferred;
@@ -592,7 +593,7 @@ static void begin_stop(struct tk_worker *w)
         if (c && c->state != CONN_FREE)
             conn_close(w, c);
     }
-    if (w->accept_armed) {
+    if (w->accept.armed) {
         struct io_uring_sqe *sqe = worker_sqe(w);
         io_uring_prep_cancel64(sqe, tk_ud(OP_ACCEPT, 0, 0), 0);
         io_uring_sqe_set_data64(sqe, tk_ud(OP_CANCEL, 0xffffff, 0));
@@ -649,6 +650,8 @@ static void *worker_main(void *arg)
         conn_expire_handshakes(w);
         if (tk_lock_next_deadline(w->table) <= w->now_us)
             tk_lock_tick(w->table, w->now_us, &w->sink);
+        if (!stopping && tk_accept_due(&w->accept, w->now_us))
+            arm_accept(w);
         if (!stopping && atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
             stopping = true;
             begin_stop(w);

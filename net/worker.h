@@ -78,7 +78,7 @@ struct tk_worker {
     struct tk_wake wake;
     uint64_t wake_buf;
     int listen_fd;
-    bool accept_armed;
+    struct tk_accept accept;
 
     struct io_uring_buf_ring *br;
     char *bufs;

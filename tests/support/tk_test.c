@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -82,6 +83,8 @@ int tk_node_prepare(struct tk_node *n, uint32_t port)
     return 0;
 }
 
+unsigned tk_test_nofile;
+
 int tk_node_spawn(struct tk_node *n, const char *const *extra_args)
 {
     char port[16];
@@ -107,6 +110,11 @@ int tk_node_spawn(struct tk_node *n, const char *const *extra_args)
             dup2(fd, 2);
             dup2(fd, 1);
             close(fd);
+        }
+        if (tk_test_nofile) {
+            struct rlimit rl = {.rlim_cur = tk_test_nofile, .rlim_max = tk_test_nofile};
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+                _exit(126);
         }
         execv(argv[0], (char *const *)argv);
         _exit(127);

@@ -32,6 +32,9 @@ int tk_node_start(struct tk_node *n, const char *const *extra_args);
  * wait for readiness. */
 int tk_node_prepare(struct tk_node *n, uint32_t port);
 int tk_node_spawn(struct tk_node *n, const char *const *extra_args);
+/* When non-zero, nodes spawned from now on start with this descriptor
+ * limit (soft and hard), as under `ulimit -n`. */
+extern unsigned tk_test_nofile;
 int tk_node_wait_port(struct tk_node *n, int timeout_ms);
 /* Sends sig and waits up to timeout_ms for exit; returns the exit status as
  * from waitpid (or -1 on timeout, after which it is killed). */

@@ -1,0 +1,166 @@
+/* Ports that no client can wedge: real ticketingd processes whose
+ * descriptor limit is lowered from outside (prlimit), so that accepts fail
+ * with EMFILE while a test holds connections open.
+ *
+ * Method: a node starts normally; the test lowers its RLIMIT_NOFILE with
+ * prlimit(2), opens more connections than the node can accept, closes
+ * them, and then needs a fresh connection to complete the handshake (the
+ * listener must have been re-armed). On the peer port the same flood must
+ * not make the Raft thread spin: its CPU time over the flood is read from
+ * /proc and must stay far below the wall time (a spinning thread burns
+ * all of it).
+ */
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tests/support/tk_cluster.h"
+
+static struct tk_node node;
+static struct tk_cluster cl;
+
+static void teardown(void)
+{
+    if (node.pid > 0)
+        tk_node_stop(&node, SIGKILL, 3000);
+    tk_node_cleanup(&node);
+    tk_cluster_stop(&cl);
+}
+
+TestSuite(hardening, .fini = teardown, .timeout = 120);
+
+/* Runs start() so that the node it spawns has n descriptors at most, as
+ * under `ulimit -n n` (a limit lowered later from outside does not bind
+ * io_uring's accepts). */
+static void with_nofile(unsigned n, void (*start)(void *), void *arg)
+{
+    tk_test_nofile = n;
+    start(arg);
+    tk_test_nofile = 0;
+}
+
+static void start_node(void *arg)
+{
+    (void)arg;
+    static const char *const args[] = {"--threads", "1", NULL};
+    cr_assert_eq(tk_node_start(&node, args), 0);
+}
+
+static void restart_member(void *arg)
+{
+    cr_assert_eq(tk_cluster_restart(&cl, *(int *)arg), 0);
+}
+
+/* Plain TCP connections to 127.0.0.1:port, nothing sent. */
+static int flood(uint32_t port, int *fds, int n)
+{
+    int opened = 0;
+    for (int i = 0; i < n; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        cr_assert_geq(fd, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+            close(fd);
+            continue;
+        }
+        fds[opened++] = fd;
+    }
+    return opened;
+}
+
+static uint64_t metric(uint32_t admin_port, const char *name)
+{
+    static char body[1 << 17];
+    uint64_t v = 0;
+    cr_assert_eq(tk_http_get(admin_port, "/metrics", body, sizeof(body)), 200);
+    cr_assert(tk_metric_u64(body, name, &v), "no %s in /metrics", name);
+    return v;
+}
+
+/* CPU seconds (user + system) of a process, from /proc. */
+static double cpu_seconds(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    cr_assert_not_null(p);
+    unsigned long long ut = 0, st = 0;
+    /* After ")": state ppid pgrp session tty tpgid flags minflt cminflt
+     * majflt cmajflt utime stime. */
+    cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+                        &st),
+                 2);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+Test(hardening, client_listener_survives_running_out_of_descriptors)
+{
+    /* Room for the node's own descriptors and a few connections only. */
+    with_nofile(48, start_node, NULL);
+    static int fds[200];
+    int n = flood(node.port, fds, 200);
+    cr_assert_gt(n, 60, "the kernel's backlog should take more than the node can accept");
+    usleep(300 * 1000);
+    uint64_t errors = metric(node.port + 2, "ticketing_accept_errors_total");
+    cr_assert_gt(errors, 0, "no accept failed: the limit did not bite");
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    /* Descriptors are back: after at most the longest backoff (1 s) the
+     * listener accepts again and a client gets through. */
+    bool ok = false;
+    uint64_t end = tk_test_ms() + 8000;
+    while (!ok && tk_test_ms() < end) {
+        struct tk_tc c;
+        if (tk_tc_open(&c, node.port, TK_TEST_SECRET) == 0) {
+            tk_tc_send(&c, "P 1\n");
+            char line[64];
+            ok = tk_tc_line(&c, line, sizeof(line), 2000) >= 0 && !strcmp(line, "P 1");
+        }
+        tk_tc_close(&c);
+        if (!ok)
+            usleep(100 * 1000);
+    }
+    cr_assert(ok, "the client port never accepted again after EMFILE");
+}
+
+Test(hardening, peer_listener_backs_off_instead_of_spinning)
+{
+    static const char *const fast[] = {"--heartbeat-ms", "50", "--election-ms", "400", NULL};
+    cr_assert_eq(tk_cluster_start(&cl, 3, fast), 0);
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    int f = (l + 1) % 3;
+    /* The follower restarts (and rejoins) with few descriptors. */
+    tk_node_stop(&cl.node[f], SIGKILL, 3000);
+    with_nofile(48, restart_member, &f);
+    cr_assert_eq(tk_cluster_wait_ready(&cl, f, 30000) >= 0, 1, "the member did not rejoin");
+    pid_t pid = cl.node[f].pid;
+    static int fds[200];
+    int n = flood(cl.node[f].port + 1, fds, 200);
+    cr_assert_gt(n, 60);
+    double c0 = cpu_seconds(pid);
+    uint64_t t0 = tk_test_ms();
+    sleep(3);
+    double used = cpu_seconds(pid) - c0;
+    double wall = (double)(tk_test_ms() - t0) / 1000.0;
+    uint64_t errors = metric(cl.node[f].port + 2, "ticketing_peer_accept_errors_total");
+    fprintf(stderr, "hardening/peer: %.2f s of CPU in %.2f s under EMFILE, %llu accept errors\n",
+            used, wall, (unsigned long long)errors);
+    cr_assert_gt(errors, 0, "no accept failed: the limit did not bite");
+    cr_assert_lt(used, wall / 3, "the node spins on a failing accept");
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    /* The follower lived through it, and the cluster still serves. */
+    cr_assert(tk_node_alive(&cl.node[f]), "the follower died under EMFILE");
+    cr_assert_geq(tk_cluster_leader(&cl, 5000, 0), 0);
+}
