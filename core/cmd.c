@@ -43,6 +43,7 @@ int tk_cmd_check(const struct tk_cmd *c)
     }
 }
 
+/* Little-endian fields: each (uint8_t) keeps one byte of v on purpose. */
 static void put_u32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
@@ -76,7 +77,7 @@ static uint64_t get_u64(const uint8_t *p)
 size_t tk_cmd_encode(const struct tk_cmd *c, uint8_t *buf, size_t cap)
 {
     TK_ASSERT(tk_cmd_check(c) == TK_OK);
-    size_t n = CMD_HEADER_LEN + c->key_len + c->owner_len;
+    size_t n = CMD_HEADER_LEN + (size_t)c->key_len + c->owner_len;
     if (n > cap)
         return 0;
     buf[0] = c->type;

@@ -57,7 +57,7 @@ int tk_cmd_decode(const uint8_t *buf, size_t len, struct tk_cmd *c, size_t *used
 /* The shard that owns a key, given the node's shard count. */
 static inline uint32_t tk_cmd_shard(const char *key, size_t key_len, uint32_t nshards)
 {
-    return (uint32_t)(tk_hash(key, key_len) % nshards);
+    return (uint32_t)(tk_hash(key, key_len) % nshards); /* < nshards: fits */
 }
 
 #endif

@@ -30,7 +30,7 @@ _Static_assert(TK_LINE_MAX > 1 + 1 + PROTO_U64_DIGITS_MAX + 1 + TK_KEY_LEN_MAX +
 
 const char *tk_reason_str(enum tk_reason r)
 {
-    if ((unsigned)r >= TK_ARRAY_LEN(reason_words))
+    if ((unsigned)r >= TK_ARRAY_LEN(reason_words)) /* any out-of-range value fails */
         return "unknown";
     return reason_words[r];
 }
@@ -68,6 +68,7 @@ bool tk_proto_parse_u64(const char *s, size_t len, uint64_t *out)
     size_t safe = TK_MIN(len, PROTO_U64_DIGITS_MAX - 1);
     uint64_t v = 0;
     for (size_t i = 0; i < safe; i++) {
+        /* Below '0' wraps to a large value on purpose: d > 9 catches it. */
         unsigned d = (unsigned)((unsigned char)s[i] - '0');
         if (d > 9)
             return false; /* sign, space, any non-digit */
@@ -97,9 +98,9 @@ static bool proto_hex_u64(const char *s, size_t n, uint64_t *out)
         unsigned char c = (unsigned char)s[i];
         unsigned d;
         if (c >= '0' && c <= '9')
-            d = (unsigned)(c - '0');
+            d = (unsigned)(c - '0'); /* 0..9 by the range check */
         else if (c >= 'a' && c <= 'f')
-            d = (unsigned)(c - 'a' + 10);
+            d = (unsigned)(c - 'a' + 10); /* 10..15 */
         else
             return false;
         v = (v << 4) | d;
@@ -200,10 +201,10 @@ static enum tk_parse_status proto_fields(struct tk_request *req, const struct pr
     TK_ASSERT(req->type == 'A');
     if (!tk_proto_parse_u64(f[2].s, f[2].len, &v) || v < TK_LEASE_MS_MIN || v > TK_LEASE_MS_MAX)
         return proto_reject(req, TK_REASON_LEASE);
-    req->lease_ms = (uint32_t)v;
+    req->lease_ms = (uint32_t)v; /* <= TK_LEASE_MS_MAX, checked above */
     if (!tk_proto_parse_u64(f[3].s, f[3].len, &v) || v > TK_WAIT_MS_MAX)
         return proto_reject(req, TK_REASON_WAIT);
-    req->wait_ms = (uint32_t)v;
+    req->wait_ms = (uint32_t)v; /* <= TK_WAIT_MS_MAX, checked above */
     return TK_PARSE_OK;
 }
 
@@ -288,7 +289,7 @@ size_t tk_proto_u64(char *buf, uint64_t v)
     char tmp[PROTO_U64_DIGITS_MAX];
     size_t n = 0;
     do {
-        tmp[n++] = (char)('0' + v % 10);
+        tmp[n++] = (char)('0' + v % 10); /* one digit, '0'..'9' */
         v /= 10;
     } while (v != 0);
     TK_ASSERT(n <= PROTO_U64_DIGITS_MAX);
@@ -515,7 +516,7 @@ static bool proto_parse_q(const struct proto_word *w, struct tk_response *rsp)
         !tk_proto_parse_u64(w[3].s, w[3].len, &rsp->token) ||
         !tk_proto_parse_u64(w[4].s, w[4].len, &waiters) || waiters > UINT32_MAX)
         return false;
-    rsp->waiters = (uint32_t)waiters;
+    rsp->waiters = (uint32_t)waiters; /* <= UINT32_MAX, checked above */
     /* Tokens are >= 1, so token 0 marks the free key and tells the free
      * "-" apart from an owner literally named "-". */
     if (rsp->token == 0)
@@ -567,9 +568,9 @@ bool tk_proto_parse_response(const char *line, size_t len, struct tk_response *r
                 return false;
             rsp->text = w[2].s;
             rsp->text_len = w[2].len;
-            for (size_t r = TK_REASON_NONE + 1; r < TK_ARRAY_LEN(reason_words); r++)
+            for (enum tk_reason r = TK_REASON_NONE + 1; r < TK_ARRAY_LEN(reason_words); r++)
                 if (proto_word_is(w[2].s, w[2].len, reason_words[r]))
-                    rsp->reason = (enum tk_reason)r;
+                    rsp->reason = r;
             return true;
         default:
             return false;

@@ -65,6 +65,7 @@ bool tk_raft_config_is_voter(const struct tk_raft_config *c, uint64_t id)
     return m != NULL && m->role == TK_RAFT_VOTER;
 }
 
+/* Little-endian fields: each (uint8_t) keeps one byte of v on purpose. */
 static void put_u64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
@@ -81,8 +82,8 @@ static uint64_t get_u64(const uint8_t *p)
 
 static size_t put_str(uint8_t *p, const char *s)
 {
-    size_t n = strlen(s);
-    p[0] = (uint8_t)n;
+    size_t n = strlen(s); /* <= TK_RAFT_ADDR_MAX (255), by tk_raft_config_check */
+    p[0] = (uint8_t)n;    /* the u16 length, low byte then high byte */
     p[1] = (uint8_t)(n >> 8);
     memcpy(p + 2, s, n);
     return 2 + n;
@@ -101,7 +102,7 @@ size_t tk_raft_config_encode(const struct tk_raft_config *c, uint8_t *buf, size_
     uint8_t *p = buf;
     put_u64(p, c->domain_lo);
     put_u64(p + 8, c->domain_hi);
-    p[16] = (uint8_t)c->n;
+    p[16] = (uint8_t)c->n; /* <= TK_RAFT_MEMBERS_MAX (8), by tk_raft_config_check */
     p += 17;
     for (uint32_t i = 0; i < c->n; i++) {
         put_u64(p, c->m[i].id);
@@ -261,12 +262,12 @@ void raft_config_set(struct tk_raft *r, const struct tk_raft_config *c, uint64_t
      * ones probing from its last entry (Figure 2: nextIndex = last + 1). */
     for (uint32_t i = 0; i < c->n; i++) {
         const struct tk_raft_member *m = &c->m[i];
-        int j = -1;
+        const struct raft_progress *kept = NULL;
         for (uint32_t k = 0; had && k < prev.n; k++)
             if (prev.m[k].id == m->id)
-                j = (int)k;
-        if (j >= 0) {
-            r->prog[i] = old[j];
+                kept = &old[k];
+        if (kept != NULL) {
+            r->prog[i] = *kept;
             continue;
         }
         memset(&r->prog[i], 0, sizeof(r->prog[i]));

@@ -88,6 +88,7 @@ static int change_config(struct tk_raft *r,
         case TK_RAFT_REMOVE:
             if (slot < 0 || m->id == r->id)
                 return TK_EINVAL; /* transfer leadership first */
+            /* slot >= 0, checked above: the cast keeps its value. */
             for (uint32_t i = (uint32_t)slot; i + 1 < c->n; i++)
                 c->m[i] = c->m[i + 1];
             c->n--;
@@ -115,6 +116,7 @@ int raft_change(struct tk_raft *r, const struct tk_raft_event *ev, struct tk_raf
         return TK_ENOMEM;
     size_t len = tk_raft_config_encode(&c, buf, TK_RAFT_CONFIG_ENCODED_MAX);
     TK_ASSERT(len > 0);
+    /* len <= TK_RAFT_CONFIG_ENCODED_MAX (a few KiB): fits. */
     rv = raft_leader_append(r, TK_RAFT_CONFIG, buf, (uint32_t)len, 0);
     if (rv != TK_OK) {
         free(buf);

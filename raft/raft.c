@@ -112,7 +112,7 @@ int raft_member_slot(const struct tk_raft *r, uint64_t id)
         return -1;
     for (uint32_t i = 0; i < r->config.n; i++)
         if (r->config.m[i].id == id)
-            return (int)i;
+            return (int)i; /* < TK_RAFT_MEMBERS_MAX (8) */
     return -1;
 }
 
@@ -346,7 +346,7 @@ static int on_bootstrap(struct tk_raft *r,
         .token_first = ev->bootstrap.first_token,
         .token_count = 0,
         .type = TK_RAFT_CONFIG,
-        .len = (uint32_t)len,
+        .len = (uint32_t)len, /* <= TK_RAFT_CONFIG_ENCODED_MAX: fits */
         .data = buf,
     };
     r->term = 1;

@@ -145,7 +145,7 @@ void raft_replicate_all(struct tk_raft *r, bool heartbeat)
         if (r->config.m[i].id == r->id)
             continue;
         struct raft_progress *p = &r->prog[i];
-        int slot = (int)i;
+        int slot = (int)i; /* < TK_RAFT_MEMBERS_MAX (8) */
         switch (p->state) {
             case PROGRESS_SNAPSHOT:
                 if (heartbeat)
@@ -354,7 +354,7 @@ void raft_recv_append(struct tk_raft *r, const struct tk_raft_msg *m)
          * is ours. */
         TK_ASSERT(ents[skip - 1].term == r->log.prev_term);
         ents += skip;
-        n -= (uint32_t)skip;
+        n -= (uint32_t)skip; /* skip < n, checked above */
         prev = base;
         prev_term = r->log.prev_term;
     }

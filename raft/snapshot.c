@@ -104,6 +104,7 @@ void raft_send_snapshot_chunk(struct tk_raft *r, int slot)
     }
     TK_ASSERT(p->snap_offset <= r->snap.len);
     uint64_t left = r->snap.len - p->snap_offset;
+    /* At most snapshot_chunk_bytes, a uint32_t: fits. */
     uint32_t len = (uint32_t)TK_MIN(left, (uint64_t)r->opt.snapshot_chunk_bytes);
     struct tk_raft_msg *m = raft_out_msg(r, TK_RAFT_MSG_SNAPSHOT, r->config.m[slot].id);
     if (m == NULL)

@@ -22,6 +22,7 @@ static void w_u8(struct wbuf *w, uint8_t v)
     w->p[w->n++] = v;
 }
 
+/* Little-endian fields: each (uint8_t) keeps one byte of v on purpose. */
 static void w_u16(struct wbuf *w, uint16_t v)
 {
     w->p[w->n++] = (uint8_t)v;
@@ -210,7 +211,7 @@ size_t tk_wire_encode(const struct tk_wire_frame *f, uint8_t *buf, size_t cap)
     if (total > cap)
         return 0;
     struct wbuf w = {.p = buf, .n = 0};
-    w_u32(&w, (uint32_t)(total - TK_WIRE_LENGTH_LEN));
+    w_u32(&w, (uint32_t)(total - TK_WIRE_LENGTH_LEN)); /* <= TK_WIRE_FRAME_MAX, asserted above */
     w_u8(&w, m->type);
     w_u64(&w, f->domain_lo);
     w_u64(&w, f->domain_hi);
@@ -251,7 +252,7 @@ static uint16_t r_u16(struct rbuf *r)
 {
     if (!r_need(r, 2))
         return 0;
-    uint16_t v = (uint16_t)(r->p[r->pos] | (r->p[r->pos + 1] << 8));
+    uint16_t v = (uint16_t)(r->p[r->pos] | (r->p[r->pos + 1] << 8)); /* two bytes: fits */
     r->pos += 2;
     return v;
 }

@@ -150,7 +150,7 @@ static void lock_propose(struct tk_lock_table *t,
     c.old_token = k->token;
     memcpy(c.key, k->bytes, k->key_len);
     if (type == TK_CMD_GRANT || type == TK_CMD_HANDOFF) {
-        c.owner_len = (uint8_t)owner_len;
+        c.owner_len = (uint8_t)owner_len; /* <= TK_OWNER_LEN_MAX (tk_lock_request) */
         c.lease_ms = lease_ms;
         memcpy(c.owner, owner, owner_len);
     }
@@ -159,7 +159,10 @@ static void lock_propose(struct tk_lock_table *t,
     TK_ASSERT(k->lead != NULL);
     TK_ASSERT(t->nflight < t->nleads);
     TK_ASSERT(t->nleads <= t->flight_cap);
+    /* Fits: type < 0x80 (enum tk_cmd_type) and EXPIRED is 0x80. */
     k->flight = (uint8_t)(type | (expired ? LOCK_FLIGHT_EXPIRED : 0));
+    /* nflight < nleads <= nkeys <= TK_TIMER_MAX (the lease heap's bound),
+     * so the slot fits and never equals LOCK_NONE. */
     k->lead->flight_slot = (uint32_t)t->nflight;
     t->flight[t->nflight++] = k;
     sink->propose(sink->ctx, &c);
@@ -272,6 +275,7 @@ static struct lock_req *lock_req_new(const struct tk_lock_req *req, struct lock_
     r->wait_slot = TK_TIMER_NONE;
     r->lease_ms = req->type == 'A' ? req->lease_ms : 0;
     r->type = req->type;
+    /* <= TK_OWNER_LEN_MAX, asserted in tk_lock_request: fits. */
     r->owner_len = (uint8_t)owner_len;
     if (owner_len > 0) /* a Q has no owner, and memcpy from NULL is undefined */
         memcpy(r->owner, req->owner, owner_len);

@@ -61,7 +61,7 @@
 /* k->flight holds the type of the command in flight; this bit marks a
  * HANDOFF proposed because the old holder's lease ran out. */
 #define LOCK_FLIGHT_EXPIRED 0x80u
-#define LOCK_FLIGHT_TYPE(f) ((uint8_t)((f)&0x7fu))
+#define LOCK_FLIGHT_TYPE(f) ((uint8_t)((f)&0x7fu)) /* 7 bits: fits */
 
 struct lock_req;
 

@@ -20,7 +20,7 @@
 
 uint32_t lock_hash(const char *key, size_t key_len)
 {
-    return (uint32_t)tk_hash(key, key_len);
+    return (uint32_t)tk_hash(key, key_len); /* the low 32 bits, on purpose */
 }
 
 void lock_keys_init(struct tk_lock_table *t)
@@ -253,6 +253,8 @@ struct lock_key *lock_key_new(struct tk_lock_table *t,
     memset(k, 0, sizeof(*k));
     k->hash = hash;
     k->lease_slot = TK_TIMER_NONE;
+    /* key_len <= 250 and owner_cap <= TK_OWNER_LEN_MAX + 15 (the rounding
+     * of keys_alloc_size), both asserted or bounded above: they fit. */
     k->key_len = (uint8_t)key_len;
     k->owner_cap = (uint8_t)(size - sizeof(*k) - key_len);
     memcpy(k->bytes, key, key_len);
@@ -296,7 +298,7 @@ struct lock_key *lock_key_fit_owner(struct tk_lock_table *t, struct lock_key *k,
         return NULL;
     }
     keys_link(t, n);
-    n->owner_cap = (uint8_t)(size - sizeof(*n) - n->key_len);
+    n->owner_cap = (uint8_t)(size - sizeof(*n) - n->key_len); /* <= 64 + 15: fits */
     /* Everything that points at the key follows it. The old address is not
      * compared (that would read a freed pointer): the fix-up always runs; it
      * costs O(waiters) at most a few times per key, as owner_cap only grows. */

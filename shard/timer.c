@@ -41,7 +41,7 @@ int tk_timer_reserve(struct tk_timer_heap *h, uint64_t n)
         cap *= 2;
     if (cap > TK_TIMER_MAX)
         cap = TK_TIMER_MAX;
-    int rv = timer_resize(h, (uint32_t)cap);
+    int rv = timer_resize(h, (uint32_t)cap); /* <= TK_TIMER_MAX, clamped above */
     TK_ASSERT(rv != TK_OK || h->cap >= n);
     return rv;
 }
@@ -87,7 +87,7 @@ static void timer_sift_down(struct tk_timer_heap *h, uint32_t i)
         if (e.due_us <= h->v[child].due_us)
             break;
         timer_place(h, i, h->v[child]);
-        i = (uint32_t)child;
+        i = (uint32_t)child; /* child < h->n, a uint32_t */
     }
     timer_place(h, i, e);
 }
