@@ -41,6 +41,8 @@ static const struct opt opts[] = {
     {"heartbeat-ms", OPT_U32, O(heartbeat_ms), 0, 1, 10000, "Raft heartbeat (default 100)"},
     {"election-ms", OPT_U32, O(election_ms), 0, 10, 60000,
      "Raft election timeout, drawn in [ms, ms+100] (default 2400)"},
+    {"allow-same-secrets", OPT_BOOL, O(same_secrets_ok), 0, 0, 1,
+     "accept one secret for clients and peers (then any client may act as a peer)"},
     {"force-new-domain", OPT_BOOL, O(force_new_domain), 0, 0, 1,
      "when a majority of members lost their state, start a new fencing domain"},
     {"new-domain-hold-ms", OPT_U32, O(new_domain_hold_ms), 0, 0, 3600000,

@@ -25,6 +25,7 @@ struct tk_options {
     uint32_t heartbeat_ms;
     uint32_t election_ms;        /* lower bound; the timeout is drawn in [ms, ms + 100] */
     bool force_new_domain;
+    bool same_secrets_ok;        /* allow one secret for clients and peers */
     uint32_t new_domain_hold_ms; /* a forced domain serves nothing this long */
     uint32_t log_level;          /* 0 error, 1 warn, 2 info, 3 debug */
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/auth.h"
@@ -30,6 +31,37 @@ static uint64_t random_node_id(void)
     uint64_t v = 0;
     TK_ASSERT(tk_auth_random(&v, sizeof(v)) == TK_OK);
     return v ? v : 1;
+}
+
+/* Reads a secret file, naming the real error; warns when the file is
+ * readable by group or others (Kubernetes mounts secrets 0644 unless told
+ * otherwise: defaultMode 0400 is the fix). Returns 0 or -1 (logged). */
+static int load_secret(const char *what, const char *path, uint8_t *buf, size_t cap,
+                       size_t *len)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        tk_log(TK_LOG_ERROR, "%s secret %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        tk_log(TK_LOG_ERROR, "%s secret %s: not a regular file", what, path);
+        return -1;
+    }
+    int rc = tk_auth_load_secret(path, buf, cap, len);
+    if (rc == TK_EIO) {
+        tk_log(TK_LOG_ERROR, "%s secret %s: %s", what, path, strerror(errno ? errno : EIO));
+        return -1;
+    }
+    if (rc != TK_OK) {
+        tk_log(TK_LOG_ERROR, "%s secret %s: %s (a secret is %d to %d bytes)", what, path,
+               tk_strerror(rc), TK_AUTH_SECRET_MIN, TK_AUTH_SECRET_MAX);
+        return -1;
+    }
+    if (st.st_mode & (S_IRWXG | S_IRWXO))
+        tk_log(TK_LOG_WARN, "%s secret %s is readable by group or others (mode %03o); "
+                            "chmod 600 it", what, path, (unsigned)(st.st_mode & 0777));
+    return 0;
 }
 
 static int setup(struct tk_server *s, int argc, char **argv)
@@ -58,20 +90,25 @@ static int setup(struct tk_server *s, int argc, char **argv)
         tk_log(TK_LOG_ERROR, "TLS (--tls-cert/--tls-key/--tls-ca) is not built yet");
         return 2;
     }
-    rc = tk_auth_load_secret(s->opt.client_secret_file, s->client_secret,
-                             sizeof(s->client_secret), &s->client_secret_len);
-    if (rc != TK_OK) {
-        tk_log(TK_LOG_ERROR, "client secret %s: %s (a secret is at least %d bytes)",
-               s->opt.client_secret_file, tk_strerror(rc), TK_AUTH_SECRET_MIN);
+    if (load_secret("client", s->opt.client_secret_file, s->client_secret,
+                    sizeof(s->client_secret), &s->client_secret_len) != 0)
         return 2;
-    }
     if (s->opt.peer_secret_file[0]) {
-        rc = tk_auth_load_secret(s->opt.peer_secret_file, s->peer_secret,
-                                 sizeof(s->peer_secret), &s->peer_secret_len);
-        if (rc != TK_OK) {
-            tk_log(TK_LOG_ERROR, "peer secret %s: %s", s->opt.peer_secret_file,
-                   tk_strerror(rc));
+        if (load_secret("peer", s->opt.peer_secret_file, s->peer_secret,
+                        sizeof(s->peer_secret), &s->peer_secret_len) != 0)
             return 2;
+        /* With one secret for both, any client could authenticate on the
+         * peer port and speak Raft. */
+        if (s->peer_secret_len == s->client_secret_len &&
+            tk_auth_equal(s->peer_secret, s->client_secret, s->peer_secret_len)) {
+            if (!s->opt.same_secrets_ok) {
+                tk_log(TK_LOG_ERROR, "the client and peer secrets are the same: any client "
+                                     "could act as a cluster member; use two secrets (or "
+                                     "--allow-same-secrets)");
+                return 2;
+            }
+            tk_log(TK_LOG_WARN, "the client and peer secrets are the same "
+                                "(--allow-same-secrets): any client can act as a peer");
         }
     }
     if (s->opt.advertise[0]) {

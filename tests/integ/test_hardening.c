@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/support/tk_cluster.h"
@@ -163,4 +165,71 @@ Test(hardening, peer_listener_backs_off_instead_of_spinning)
     /* The follower lived through it, and the cluster still serves. */
     cr_assert(tk_node_alive(&cl.node[f]), "the follower died under EMFILE");
     cr_assert_geq(tk_cluster_leader(&cl, 5000, 0), 0);
+}
+
+/* ---- secret files ---------------------------------------------------------------- */
+
+/* Runs ticketingd with args on the prepared node, which must exit within
+ * 5 s; returns its wait status (-1 if it kept running) and its log. */
+static int run_node(const char *const *args, char *log, size_t cap)
+{
+    cr_assert_eq(tk_node_spawn(&node, args), 0);
+    int status = -1;
+    for (int k = 0; k < 100; k++) {
+        if (waitpid(node.pid, &status, WNOHANG) == node.pid) {
+            node.pid = -1;
+            break;
+        }
+        status = -1;
+        usleep(50000);
+    }
+    FILE *f = fopen(node.log_file, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(log, 1, cap - 1, f);
+    log[n] = 0;
+    fclose(f);
+    return status;
+}
+
+Test(hardening, a_missing_secret_file_is_named_as_such)
+{
+    static char log[8192];
+    static const char *const args[] = {"--client-secret-file", "/nonexistent/client.secret",
+                                       NULL};
+    cr_assert_eq(tk_node_prepare(&node, tk_free_port3()), 0);
+    int st = run_node(args, log, sizeof(log));
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, log);
+    cr_assert_not_null(strstr(log, "No such file or directory"), "%s", log);
+}
+
+Test(hardening, the_same_secret_for_clients_and_peers_is_refused)
+{
+    static char log[8192];
+    cr_assert_eq(tk_node_prepare(&node, tk_free_port3()), 0);
+    char peers[96];
+    snprintf(peers, sizeof(peers), "127.0.0.1:%u,127.0.0.1:%u,127.0.0.1:%u", node.port + 1,
+             node.port + 11, node.port + 21);
+    char adv[32];
+    snprintf(adv, sizeof(adv), "127.0.0.1:%u", node.port);
+    const char *const args[] = {"--peers", peers, "--peer-secret-file", node.secret_file,
+                                "--advertise", adv, NULL};
+    int st = run_node(args, log, sizeof(log));
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, log);
+    cr_assert_not_null(strstr(log, "secrets are the same"), "%s", log);
+}
+
+Test(hardening, a_world_readable_secret_file_is_warned_about)
+{
+    static char log[8192];
+    cr_assert_eq(tk_node_prepare(&node, tk_free_port3()), 0);
+    cr_assert_eq(chmod(node.secret_file, 0644), 0);
+    static const char *const args[] = {"--threads", "1", NULL};
+    cr_assert_eq(tk_node_spawn(&node, args), 0);
+    cr_assert_eq(tk_node_wait_port(&node, 10000), 0, "a readable secret must not stop it");
+    FILE *f = fopen(node.log_file, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(log, 1, sizeof(log) - 1, f);
+    log[n] = 0;
+    fclose(f);
+    cr_assert_not_null(strstr(log, "readable by group or others"), "%s", log);
 }
