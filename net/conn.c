@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,21 @@ static void arm_recv(struct tk_worker *w, struct conn *c)
     sqe->buf_group = 0;
     io_uring_sqe_set_data64(sqe, tk_ud(OP_RECV, c->slot, c->gen));
     c->recv_armed = true;
+}
+
+/* While a pause keeps the recv stopped, nothing would notice the client
+ * resetting or closing: its waiters would stay queued until their wait ran
+ * out. A one-shot poll for POLLRDHUP (POLLHUP and POLLERR come with it)
+ * watches instead; data arriving does not wake it. */
+static void watch_paused(struct tk_worker *w, struct conn *c)
+{
+    if (c->state != CONN_READY || !c->recv_stopped || c->recv_armed || c->cancel_inflight ||
+        c->poll_armed)
+        return;
+    struct io_uring_sqe *sqe = worker_sqe(w);
+    io_uring_prep_poll_add(sqe, c->fd, POLLRDHUP);
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_POLL, c->slot, c->gen));
+    c->poll_armed = true;
 }
 
 static void cancel_recv(struct tk_worker *w, struct conn *c)
@@ -137,7 +153,13 @@ static void conn_maybe_release(struct tk_worker *w, struct conn *c)
         cancel_recv(w, c);
         return;
     }
-    if (!c->recv_armed && !c->cancel_inflight)
+    if (c->poll_armed && !c->poll_removing) {
+        struct io_uring_sqe *sqe = worker_sqe(w);
+        io_uring_prep_poll_remove(sqe, tk_ud(OP_POLL, c->slot, c->gen));
+        io_uring_sqe_set_data64(sqe, tk_ud(OP_CANCEL, 0xffffff, 0)); /* nothing to do */
+        c->poll_removing = true;
+    }
+    if (!c->recv_armed && !c->cancel_inflight && !c->poll_armed)
         conn_free_slot(w, c);
 }
 
@@ -231,6 +253,8 @@ void conn_on_accept(struct tk_worker *w, int fd)
     c->inflight = 0;
     c->snd_off = 0;
     c->recv_stopped = false;
+    TK_ASSERT(!c->poll_armed); /* a slot is freed only once its poll completed */
+    c->poll_removing = false;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     w->stat[TK_WSTAT_conns_accepted]++;
@@ -447,6 +471,20 @@ void conn_on_recv(struct tk_worker *w, struct conn *c, struct io_uring_cqe *cqe)
         else
             conn_maybe_release(w, c);
     }
+    watch_paused(w, c);
+}
+
+void conn_on_poll(struct tk_worker *w, struct conn *c, int res)
+{
+    c->poll_armed = false;
+    c->poll_removing = false;
+    if (res > 0 && c->state == CONN_READY) {
+        /* The client is gone: drop its waiters now, as at end of stream. */
+        conn_close(w, c);
+        c->out.len = 0;
+    }
+    conn_maybe_release(w, c);
+    watch_paused(w, c);
 }
 
 void conn_on_send(struct tk_worker *w, struct conn *c, int res)
@@ -519,6 +557,7 @@ void conn_on_cancel(struct tk_worker *w, struct conn *c)
     conn_maybe_release(w, c);
     if (c->recv_stopped)
         mark_resume(w, c);
+    watch_paused(w, c);
 }
 
 void conn_overload(struct tk_worker *w, struct conn *c)

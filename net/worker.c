@@ -488,6 +488,11 @@ static void handle_cqe(struct tk_worker *w, struct io_uring_cqe *cqe)
         if (c)
             conn_on_cancel(w, c);
         break;
+    case OP_POLL:
+        c = conn_get(w, slot, gen);
+        TK_ASSERT(c != NULL);
+        conn_on_poll(w, c, cqe->res);
+        break;
     case OP_WAKE:
         arm_wake(w);
         break;

@@ -15,7 +15,7 @@
 #define TK_WORKER_BUF_COUNT 512 /* provided recv buffers; power of two */
 #define TK_WORKER_BUF_SIZE 8192
 
-enum tk_op { OP_ACCEPT = 1, OP_RECV, OP_SEND, OP_WAKE, OP_CANCEL };
+enum tk_op { OP_ACCEPT = 1, OP_RECV, OP_SEND, OP_WAKE, OP_CANCEL, OP_POLL };
 enum conn_state { CONN_FREE, CONN_HANDSHAKE, CONN_READY, CONN_CLOSING };
 
 static inline uint64_t tk_ud(enum tk_op op, uint32_t slot, uint32_t gen)
@@ -36,6 +36,8 @@ struct conn {
     bool recv_stopped;   /* paused: recv cancelled until resumed */
     bool send_inflight;
     bool cancel_inflight;
+    bool poll_armed;     /* paused: a poll watches for the peer going away */
+    bool poll_removing;  /* closing: the poll's removal is submitted */
     bool dirty;          /* on the worker's flush list */
     bool resume;         /* on the worker's resume list */
     uint32_t inflight;   /* requests without a reply yet */
@@ -120,6 +122,7 @@ void conn_on_accept(struct tk_worker *w, int fd);
 void conn_on_recv(struct tk_worker *w, struct conn *c, struct io_uring_cqe *cqe);
 void conn_on_send(struct tk_worker *w, struct conn *c, int res);
 void conn_on_cancel(struct tk_worker *w, struct conn *c);
+void conn_on_poll(struct tk_worker *w, struct conn *c, int res);
 struct conn *conn_get(struct tk_worker *w, uint32_t slot, uint32_t gen);
 void conn_deliver(struct tk_worker *w, const struct tk_lock_reply *r);
 void conn_moved(struct tk_worker *w, struct conn *c);

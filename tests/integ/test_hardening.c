@@ -11,6 +11,7 @@
  * all of it).
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -232,4 +233,52 @@ Test(hardening, a_world_readable_secret_file_is_warned_about)
     log[n] = 0;
     fclose(f);
     cr_assert_not_null(strstr(log, "readable by group or others"), "%s", log);
+}
+
+/* ---- a reset noticed while reading is paused ------------------------------------- */
+
+Test(hardening, a_reset_while_paused_drops_the_waiters_at_once)
+{
+    static const char *const args[] = {"--threads", "1", "--max-inflight", "64", NULL};
+    cr_assert_eq(tk_node_start(&node, args), 0);
+    struct tk_tc holder, flood_c;
+    cr_assert_eq(tk_tc_open(&holder, node.port, TK_TEST_SECRET), 0);
+    tk_tc_send(&holder, "A 1 k holder 60000 0\n");
+    char line[128];
+    cr_assert(tk_tc_line(&holder, line, sizeof(line), 5000) >= 0);
+    cr_assert_eq(line[0], 'G', "%s", line);
+    /* Pipeline acquires on the held key without reading anything back:
+     * 64 queue as waiters, the rest fill the node's input until it stops
+     * reading, then the kernel's buffers. */
+    cr_assert_eq(tk_tc_open(&flood_c, node.port, TK_TEST_SECRET), 0);
+    int fl = fcntl(flood_c.fd, F_GETFL);
+    cr_assert_eq(fcntl(flood_c.fd, F_SETFL, fl | O_NONBLOCK), 0);
+    char req[64];
+    size_t sent = 0;
+    for (int i = 1; i < 100000; i++) {
+        int n = snprintf(req, sizeof(req), "A %d k waiter 60000 60000\n", i);
+        if (send(flood_c.fd, req, (size_t)n, MSG_NOSIGNAL) != n)
+            break;
+        sent += (size_t)n;
+    }
+    cr_assert_gt(sent, 200000, "the node read everything: no pause happened");
+    uint64_t waiters = 0;
+    for (int k = 0; k < 100 && waiters < 64; k++) {
+        usleep(20000);
+        waiters = metric(node.port + 2, "ticketing_waiters");
+    }
+    cr_assert_eq(waiters, 64, "the in-flight bound should queue 64 waiters");
+    /* Reset: SO_LINGER 0 sends RST. */
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    cr_assert_eq(setsockopt(flood_c.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+    tk_tc_close(&flood_c);
+    for (int k = 0; k < 150 && waiters > 0; k++) {
+        usleep(20000);
+        waiters = metric(node.port + 2, "ticketing_waiters");
+    }
+    cr_assert_eq(waiters, 0, "the reset client's waiters stay queued (wait 60 s)");
+    tk_tc_send(&holder, "P 2\n");
+    cr_assert(tk_tc_line(&holder, line, sizeof(line), 5000) >= 0);
+    cr_assert_str_eq(line, "P 2");
+    tk_tc_close(&holder);
 }
