@@ -50,6 +50,8 @@ static const struct opt opts[] = {
     {"log-level", OPT_U32, O(log_level), 0, 0, 3, "0 error, 1 warn, 2 info, 3 debug (default 2)"},
     {"max-connections", OPT_U32, O(max_connections), 0, 1, 1000000,
      "client connections (default 10000)"},
+    {"max-handshakes", OPT_U32, O(max_handshakes), 0, 1, 1000000,
+     "client connections still in the handshake; the oldest goes first (default 1024)"},
     {"max-inflight", OPT_U32, O(max_inflight), 0, 1, 1000000,
      "requests in flight per connection (default 4096)"},
     {"max-waiters-per-key", OPT_U32, O(max_waiters_per_key), 0, 1, 100000000,
@@ -78,6 +80,7 @@ static void defaults(struct tk_options *o)
     o->new_domain_hold_ms = 250000;
     o->log_level = 2;
     o->max_connections = 10000;
+    o->max_handshakes = 1024;
     o->max_inflight = 4096;
     o->max_waiters_per_key = 4096;
     o->max_waiters = 1000000;

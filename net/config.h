@@ -31,6 +31,7 @@ struct tk_options {
 
     /* Bounds (SPEC 14). */
     uint32_t max_connections;
+    uint32_t max_handshakes;     /* connections not yet authenticated */
     uint32_t max_inflight;       /* per connection */
     uint32_t max_waiters_per_key;
     uint64_t max_waiters;

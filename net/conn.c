@@ -169,6 +169,8 @@ void conn_close(struct tk_worker *w, struct conn *c)
     if (c->state == CONN_CLOSING || c->state == CONN_FREE)
         return;
     bool was_ready = c->state == CONN_READY;
+    if (c->state == CONN_HANDSHAKE)
+        w->handshaking--;
     c->state = CONN_CLOSING;
     c->in.len = 0;
     if (was_ready)
@@ -225,9 +227,28 @@ static void hs_push(struct tk_worker *w, struct conn *c)
     w->hs_len++;
 }
 
+/* Unauthenticated connections have a budget of their own (this worker's
+ * share of --max-handshakes), below the connection bound: when it is full,
+ * the oldest one still in its handshake goes, so a flood of sockets that
+ * never authenticate can neither take the slots of authenticated clients
+ * nor hold the handshake slots against new ones. */
+static void handshake_budget(struct tk_worker *w)
+{
+    uint32_t budget = TK_MAX(w->s->opt.max_handshakes / w->s->nworkers, 1u);
+    for (uint32_t i = 0; i < w->hs_len && w->handshaking >= budget; i++) {
+        struct hs_deadline *d = &w->hs[(w->hs_head + i) % w->hs_cap];
+        struct conn *c = conn_get(w, d->slot, d->gen);
+        if (c && c->state == CONN_HANDSHAKE) {
+            w->stat[TK_WSTAT_handshakes_evicted]++;
+            conn_close(w, c);
+        }
+    }
+}
+
 void conn_on_accept(struct tk_worker *w, int fd)
 {
     struct tk_server *s = w->s;
+    handshake_budget(w);
     uint64_t n = atomic_fetch_add_explicit(&s->conns, 1, memory_order_relaxed) + 1;
     if (n > s->opt.max_connections || w->nfree == 0) {
         atomic_fetch_sub_explicit(&s->conns, 1, memory_order_relaxed);
@@ -250,6 +271,7 @@ void conn_on_accept(struct tk_worker *w, int fd)
     TK_ASSERT(c->state == CONN_FREE);
     c->fd = fd;
     c->state = CONN_HANDSHAKE;
+    w->handshaking++;
     c->inflight = 0;
     c->snd_off = 0;
     c->recv_stopped = false;
@@ -383,6 +405,7 @@ static void handle_auth_line(struct tk_worker *w, struct conn *c, const char *li
         conn_moved(w, c);
         return;
     }
+    w->handshaking--;
     c->state = CONN_READY;
 }
 

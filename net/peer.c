@@ -18,6 +18,7 @@
 #include "core/proto.h"
 
 #define LINKS_MAX 64                  /* outbound + inbound links */
+#define UNAUTH_MAX 16                 /* inbound links still in their handshake */
 #define RECV_CHUNK (256u << 10)
 #define IN_CAP_MAX (TK_WIRE_FRAME_MAX + TK_WIRE_LENGTH_LEN + RECV_CHUNK)
 #define OUT_MAX (64u << 20)           /* queued bytes per link before it is cut */
@@ -434,8 +435,30 @@ static void link_input(struct tk_peers *p, struct tk_plink *l)
     }
 }
 
+/* Inbound links that have not authenticated get 16 of the 64 slots at
+ * most: when they are full the oldest goes, so sockets that never
+ * authenticate cannot keep real peers (or a joining member) out. */
+static void unauth_budget(struct tk_peers *p)
+{
+    uint32_t n = 0;
+    struct tk_plink *oldest = NULL;
+    for (uint32_t i = 0; i < LINKS_MAX; i++) {
+        struct tk_plink *l = p->links[i];
+        if (!l || l->outbound || l->state != L_AUTH)
+            continue;
+        n++;
+        if (!oldest || l->deadline_us < oldest->deadline_us)
+            oldest = l;
+    }
+    if (n >= UNAUTH_MAX) {
+        p->st.handshakes_evicted++;
+        tk_plink_close(p, oldest);
+    }
+}
+
 static void on_accept(struct tk_peers *p, int fd)
 {
+    unauth_budget(p);
     struct tk_plink *l = link_new(p, false);
     if (!l) {
         close(fd);

@@ -54,6 +54,7 @@ struct tk_peer_stats {
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
     uint64_t dials, handshakes, auth_failures, frames_dropped, links_closed;
     uint64_t frames_oversize, handshake_timeouts, frames_malformed, accept_errors;
+    uint64_t handshakes_evicted;
 };
 void tk_peers_stats(const struct tk_peers *p, struct tk_peer_stats *st);
 

@@ -154,6 +154,8 @@ void raftd_publish(struct tk_raftd *r)
          "handshake in time", ps.handshake_timeouts},
         {"peer_auth_failures_total", "counter", "Failed peer handshakes", ps.auth_failures},
         {"peer_dials_total", "counter", "Outbound peer connection attempts", ps.dials},
+        {"peer_handshakes_evicted_total", "counter",
+         "Unauthenticated peer links closed to admit a newer one", ps.handshakes_evicted},
         {"peer_accept_errors_total", "counter",
          "Peer accept errors (EMFILE and the like; retried with backoff)", ps.accept_errors},
     };

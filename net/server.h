@@ -108,6 +108,8 @@ static inline uint32_t tk_client_gen(uint64_t ref)
     X(conns_rejected, counter, "connections refused by the connection bound") \
     X(accept_errors, counter, "client accept errors (EMFILE and the like; retried with backoff)") \
     X(auth_failures, counter, "failed handshakes") \
+    X(handshaking, gauge, "client connections still in the handshake") \
+    X(handshakes_evicted, counter, "unauthenticated connections closed to admit a newer one") \
     X(handshake_timeouts, counter, "handshakes not finished in time") \
     X(req_acquire, counter, "acquire requests") \
     X(req_release, counter, "release requests") \

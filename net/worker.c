@@ -517,6 +517,7 @@ static void publish_stats(struct tk_worker *w)
     tk_lock_stats(w->table, &ls);
     w->stat[TK_WSTAT_keys] = ls.keys;
     w->stat[TK_WSTAT_accept_errors] = w->accept.errors;
+    w->stat[TK_WSTAT_handshaking] = w->handshaking;
     w->stat[TK_WSTAT_held] = ls.held;
     w->stat[TK_WSTAT_waiters] = ls.waiters;
     w->stat[TK_WSTAT_deferred] = ls.deferred;

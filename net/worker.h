@@ -91,6 +91,7 @@ struct tk_worker {
     uint32_t nfree;
     struct hs_deadline *hs; /* FIFO of handshake deadlines (accept order) */
     uint32_t hs_head, hs_len, hs_cap;
+    uint32_t handshaking; /* connections in CONN_HANDSHAKE */
     struct conn *dirty, *resume;
 
     /* Rings: inbox[j] is written by worker j (j != idx); from_raft by raft. */

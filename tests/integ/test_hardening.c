@@ -282,3 +282,54 @@ Test(hardening, a_reset_while_paused_drops_the_waiters_at_once)
     cr_assert_str_eq(line, "P 2");
     tk_tc_close(&holder);
 }
+
+/* ---- unauthenticated floods -------------------------------------------------------- */
+
+Test(hardening, sockets_that_never_authenticate_cannot_lock_clients_out)
+{
+    static const char *const args[] = {"--threads", "1", "--max-connections", "200",
+                                       "--max-handshakes", "64", "--handshake-ms", "60000",
+                                       NULL};
+    cr_assert_eq(tk_node_start(&node, args), 0);
+    static int fds[300];
+    int n = flood(node.port, fds, 300);
+    cr_assert_eq(n, 300);
+    usleep(300 * 1000);
+    /* Without a budget of their own, 300 idle sockets would hold all 200
+     * connections for the minute of --handshake-ms. */
+    struct tk_tc c;
+    cr_assert_eq(tk_tc_open(&c, node.port, TK_TEST_SECRET), 0, "a client was locked out");
+    tk_tc_send(&c, "P 1\n");
+    char line[64];
+    cr_assert(tk_tc_line(&c, line, sizeof(line), 5000) >= 0);
+    cr_assert_str_eq(line, "P 1");
+    tk_tc_close(&c);
+    cr_assert_gt(metric(node.port + 2, "ticketing_handshakes_evicted_total"), 0);
+    cr_assert_leq(metric(node.port + 2, "ticketing_handshaking"), 64);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
+Test(hardening, a_peer_port_flood_does_not_keep_a_member_from_rejoining)
+{
+    static const char *const slow[] = {"--heartbeat-ms", "50", "--election-ms", "400",
+                                       "--handshake-ms", "60000", NULL};
+    cr_assert_eq(tk_cluster_start(&cl, 3, slow), 0);
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    int f = (l + 1) % 3;
+    tk_node_stop(&cl.node[f], SIGKILL, 3000);
+    usleep(300 * 1000); /* the leader notices: its link from f is freed */
+    static int fds[80];
+    int n = flood(cl.node[l].port + 1, fds, 80);
+    cr_assert_eq(n, 80);
+    usleep(300 * 1000);
+    /* The restarted member must reach the leader's peer port to join: with
+     * 80 silent sockets holding the 64 link slots for a minute it could
+     * not. */
+    cr_assert_eq(tk_cluster_restart(&cl, f), 0);
+    int ms = tk_cluster_wait_ready(&cl, f, 20000);
+    cr_assert_geq(ms, 0, "the member did not rejoin while the peer port was flooded");
+    cr_assert_gt(metric(cl.node[l].port + 2, "ticketing_peer_handshakes_evicted_total"), 0);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
