@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "net/admin_http.h"
 #include "net/server.h"
 
 #define REQ_MAX 4096
@@ -164,39 +165,40 @@ static void serve(struct tk_server *s, int fd, char *rsp)
             return;
         len += (size_t)r;
         req[len] = 0;
-        if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
+        if (tk_admin_http_complete(req, len))
             break;
     }
     req[len] = 0;
-    char method[8] = {0}, path[256] = {0};
-    if (sscanf(req, "%7s %255s", method, path) != 2) {
-        respond(fd, 400, "text/plain", "bad request\n", 12);
-        return;
-    }
-    char *q = strchr(path, '?');
-    if (q)
-        *q = 0;
-    head_only = strcmp(method, "HEAD") == 0;
-    if (strcmp(method, "GET") != 0 && !head_only) {
-        respond(fd, 405, "text/plain", "GET only\n", 9);
-        return;
-    }
-    if (!strcmp(path, "/healthz")) {
-        respond(fd, 200, "text/plain", "ok\n", 3);
-    } else if (!strcmp(path, "/readyz")) {
-        bool ready = tk_raftd_ready(s);
-        if (ready)
-            respond(fd, 200, "text/plain", "ready\n", 6);
-        else
-            respond(fd, 503, "text/plain", "not ready\n", 10);
-    } else if (!strcmp(path, "/status")) {
-        size_t n = render_status(s, rsp, RSP_MAX);
-        respond(fd, 200, "application/json", rsp, n);
-    } else if (!strcmp(path, "/metrics")) {
-        size_t n = render_metrics(s, rsp, RSP_MAX);
-        respond(fd, 200, "text/plain; version=0.0.4", rsp, n);
-    } else {
-        respond(fd, 404, "text/plain", "not found\n", 10);
+    head_only = false; /* a 400 after a HEAD still gets its body */
+    switch (tk_admin_http_parse(req, len, &head_only)) {
+        case TK_ADMIN_BAD_REQUEST:
+            respond(fd, 400, "text/plain", "bad request\n", 12);
+            break;
+        case TK_ADMIN_BAD_METHOD:
+            respond(fd, 405, "text/plain", "GET only\n", 9);
+            break;
+        case TK_ADMIN_HEALTHZ:
+            respond(fd, 200, "text/plain", "ok\n", 3);
+            break;
+        case TK_ADMIN_READYZ:
+            if (tk_raftd_ready(s))
+                respond(fd, 200, "text/plain", "ready\n", 6);
+            else
+                respond(fd, 503, "text/plain", "not ready\n", 10);
+            break;
+        case TK_ADMIN_STATUS: {
+            size_t n = render_status(s, rsp, RSP_MAX);
+            respond(fd, 200, "application/json", rsp, n);
+            break;
+        }
+        case TK_ADMIN_METRICS: {
+            size_t n = render_metrics(s, rsp, RSP_MAX);
+            respond(fd, 200, "text/plain; version=0.0.4", rsp, n);
+            break;
+        }
+        case TK_ADMIN_NOT_FOUND:
+            respond(fd, 404, "text/plain", "not found\n", 10);
+            break;
     }
 }
 

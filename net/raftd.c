@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "core/auth.h"
+#include "core/snap.h"
 #include "net/raftd.h"
 
 uint64_t raftd_random_u64(void)
@@ -82,23 +83,39 @@ static void apply_entry(struct tk_raftd *r, const struct tk_raft_entry *e)
     atomic_fetch_add_explicit(&r->m_commands, ncmds, memory_order_relaxed);
 }
 
+/* A follower replaces its lock state with the leader's snapshot. The Raft
+ * core has already accepted it (its log now starts after install.index and
+ * it counts the snapshot as applied), so a blob this node cannot load can
+ * not be refused here and the node carry on: its tables would no longer
+ * match the log it goes on applying. Hence the whole blob is checked first,
+ * before any shard drops its state; a malformed one (a bug or corruption on
+ * the leader) stops this process, cleanly and before anything changed, with
+ * status 3 like a removed member: a restart joins again under a new NodeId
+ * and gets a fresh snapshot. The asserts below cannot fire after the check. */
 static void install_snapshot(struct tk_raftd *r, const uint8_t *data, size_t len)
 {
-    uint64_t count;
-    TK_ASSERT(len >= 16 && memcmp(data, SNAP_MAGIC, 8) == 0);
-    memcpy(&count, data + 8, 8);
+    _Static_assert(sizeof(SNAP_MAGIC) == sizeof(TK_SNAP_MAGIC), "one magic for cut and install");
+    uint64_t count = 0;
+    const char *why = NULL;
+    int rc = tk_snap_check(data, len, tk_raft_next_token(r->core), &count, &why);
+    if (rc != TK_OK) {
+        tk_log(TK_LOG_ERROR,
+               "refusing a malformed snapshot from leader %016llx (%zu bytes): %s; the Raft log "
+               "already moved past it, so this node cannot follow: exiting with status 3 (a "
+               "restart joins again under a new NodeId)",
+               (unsigned long long)tk_raft_leader(r->core), len, why);
+        _exit(3);
+    }
     for (uint32_t i = 0; i < r->s->nworkers; i++)
         tk_outbox_put(&r->to_worker[i], TK_MSG_CLEAR, 8);
-    size_t off = 16;
+    size_t off = TK_SNAP_HEADER_LEN;
     for (uint64_t i = 0; i < count; i++) {
         struct tk_cmd c;
-        size_t used;
-        TK_ASSERT(tk_cmd_decode(data + off, len - off, &c, &used) == TK_OK);
-        TK_ASSERT(c.type == TK_CMD_GRANT && c.token != 0);
+        size_t at = off;
+        TK_ASSERT(tk_snap_next(data, len, &off, &c) == TK_OK);
         uint32_t shard = tk_cmd_shard(c.key, c.key_len, r->s->nworkers);
-        void *p = tk_outbox_put(&r->to_worker[shard], TK_MSG_RESTORE, (uint32_t)used);
-        memcpy(p, data + off, used);
-        off += used;
+        void *p = tk_outbox_put(&r->to_worker[shard], TK_MSG_RESTORE, (uint32_t)(off - at));
+        memcpy(p, data + at, off - at);
     }
     TK_ASSERT(off == len);
     tk_log(TK_LOG_INFO, "installed snapshot: %llu held keys, %zu bytes",

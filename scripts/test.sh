@@ -3,7 +3,8 @@
 #   1. every test on the Release build (jemalloc, as shipped),
 #   2. every test on an ASan+UBSan build,
 #   3. the threaded stress programs on a TSan build (Criterion cannot run
-#      under TSan, so TSan runs plain programs).
+#      under TSan, so TSan runs plain programs),
+#   4. every libFuzzer target for 15 s (tests/fuzz/run.sh, build-fuzz).
 # Exit status 0 only if everything passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +18,6 @@ scripts/setup.sh build-asan -DTK_SANITIZE=address
 
 scripts/setup.sh build-tsan -DTK_SANITIZE=thread
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j"$jobs" -L stress)
+
+tests/fuzz/run.sh --seconds 15
 echo "test: all suites passed"

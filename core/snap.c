@@ -1,0 +1,124 @@
+/* The snapshot blob (layout in snap.h): header and record decoding, and the
+ * whole-blob check a follower runs before it replaces its lock state. The
+ * bytes come from a peer, so every length is checked before it is used. */
+#include "core/snap.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes of a command's fixed header (core/cmd.c), and of the shortest GRANT:
+ * that header, a one-byte key and a one-byte owner. */
+#define SNAP_CMD_HEADER_LEN (TK_CMD_ENCODED_MAX - TK_KEY_LEN_MAX - TK_OWNER_LEN_MAX)
+#define SNAP_RECORD_MIN (SNAP_CMD_HEADER_LEN + 2)
+
+_Static_assert(sizeof(TK_SNAP_MAGIC) - 1 == TK_SNAP_MAGIC_LEN, "magic length");
+_Static_assert(TK_SNAP_HEADER_LEN == TK_SNAP_MAGIC_LEN + 8, "magic and u64 count");
+
+int tk_snap_header(const uint8_t *blob, size_t len, uint64_t *count, size_t *pos)
+{
+    TK_ASSERT(blob != NULL || len == 0);
+    if (len < TK_SNAP_HEADER_LEN || memcmp(blob, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN) != 0)
+        return TK_EPROTO;
+    memcpy(count, blob + TK_SNAP_MAGIC_LEN, 8);
+    *pos = TK_SNAP_HEADER_LEN;
+    return TK_OK;
+}
+
+int tk_snap_next(const uint8_t *blob, size_t len, size_t *pos, struct tk_cmd *out)
+{
+    TK_ASSERT(*pos <= len);
+    struct tk_cmd c;
+    size_t used = 0;
+    if (tk_cmd_decode(blob + *pos, len - *pos, &c, &used) != TK_OK)
+        return TK_EPROTO;
+    if (c.type != TK_CMD_GRANT || c.token == 0)
+        return TK_EPROTO;
+    *out = c;
+    *pos += used;
+    return TK_OK;
+}
+
+/* The key index of tk_snap_check(): open addressing over record offsets
+ * (offset + 1, so 0 marks a free slot). */
+struct snap_keys {
+    size_t *slot;
+    size_t mask;
+};
+
+/* Adds the key of the record at `at`; false if the index already has it. */
+static bool snap_keys_add(struct snap_keys *k, const uint8_t *blob, size_t at,
+                          const struct tk_cmd *c)
+{
+    size_t h = (size_t)tk_hash(c->key, c->key_len) & k->mask;
+    while (k->slot[h] != 0) {
+        const uint8_t *o = blob + k->slot[h] - 1;
+        if (o[1] == c->key_len && memcmp(o + SNAP_CMD_HEADER_LEN, c->key, c->key_len) == 0)
+            return false;
+        h = (h + 1) & k->mask;
+    }
+    k->slot[h] = at + 1;
+    return true;
+}
+
+int tk_snap_check(const uint8_t *blob, size_t len, uint64_t token_next, uint64_t *count,
+                  const char **why)
+{
+    const char *ignored;
+    if (why == NULL)
+        why = &ignored;
+    uint64_t n = 0;
+    size_t pos = 0;
+    if (tk_snap_header(blob, len, &n, &pos) != TK_OK) {
+        *why = "no TKSNAP01 header";
+        return TK_EPROTO;
+    }
+    /* The count bounds the key index, so it is checked against what the
+     * bytes can hold before anything is allocated. */
+    if (n > (len - pos) / SNAP_RECORD_MIN) {
+        *why = "record count larger than the blob can hold";
+        return TK_EPROTO;
+    }
+    struct snap_keys keys = {NULL, 0};
+    if (n > 0) {
+        size_t cap = 2;
+        while (cap < 2 * n)
+            cap <<= 1; /* n <= len / 26: no overflow */
+        keys.slot = calloc(cap, sizeof(*keys.slot));
+        if (keys.slot == NULL) {
+            *why = "out of memory checking the keys";
+            return TK_ENOMEM;
+        }
+        keys.mask = cap - 1;
+    }
+    int rc = TK_OK;
+    uint64_t last = 0;
+    for (uint64_t i = 0; i < n && rc == TK_OK; i++) {
+        size_t at = pos;
+        struct tk_cmd c;
+        if (tk_snap_next(blob, len, &pos, &c) != TK_OK) {
+            *why = "a record is not a valid GRANT with a token";
+            rc = TK_EPROTO;
+        } else if (c.token <= last) {
+            *why = "tokens not strictly increasing";
+            rc = TK_EPROTO;
+        } else if (c.token >= token_next) {
+            *why = "a token at or above the snapshot's fencing counter";
+            rc = TK_EPROTO;
+        } else if (!snap_keys_add(&keys, blob, at, &c)) {
+            *why = "a key listed twice";
+            rc = TK_EPROTO;
+        } else {
+            last = c.token;
+        }
+    }
+    free(keys.slot);
+    if (rc != TK_OK)
+        return rc;
+    if (pos != len) {
+        *why = "bytes after the last record";
+        return TK_EPROTO;
+    }
+    if (count != NULL)
+        *count = n;
+    return TK_OK;
+}

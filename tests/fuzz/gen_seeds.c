@@ -1,0 +1,340 @@
+/* Writes the seed corpora of the fuzz targets: valid inputs built the way
+ * the unit tests build them (tests/unit/test_proto.c, test_raft_wire.c,
+ * test_lock_random.c), a few small files per target.
+ *
+ *     make -f tests/fuzz/Makefile BUILD=/tmp/fz seeds
+ *     /tmp/fz/gen_seeds tests/fuzz/corpus
+ *
+ * The output is deterministic; the files in tests/fuzz/corpus/ came from it.
+ * run.sh never writes there: it fuzzes a copy.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/cmd.h"
+#include "core/proto.h"
+#include "core/snap.h"
+#include "raft/wire.h"
+
+static const char *root;
+
+static void put(const char *target, const char *name, const void *data, size_t len)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", root, target);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        perror(path);
+        exit(1);
+    }
+    snprintf(path, sizeof(path), "%s/%s/%s", root, target, name);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+static void put_str(const char *target, const char *name, const char *s)
+{
+    put(target, name, s, strlen(s));
+}
+
+/* ---- text protocols ---- */
+
+#define HEX_A "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define HEX_B "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+
+static void text_seeds(void)
+{
+    put_str("request", "acquire", "A 42 orders/7 worker-1 30000 250000\n");
+    put_str("request", "session",
+            "A 1 show-42 alice 30000 5000\nQ 2 show-42\nR 3 show-42 alice 1796284995487521\nP 4\n");
+    put_str("request", "rejects", "A 1 k o 999 0\nA 3  k o 1000\nX 5 k\nR 6 k o 0\r\nQ 7 k\x7f\n");
+    put_str("request", "fatal", " P\n\nA\tx 1\n");
+
+    put_str("handshake", "client", "TICKETING/1 " HEX_A "\nAUTH " HEX_A " " HEX_B "\n");
+    put_str("handshake", "peer", "TICKETING-PEER/1 " HEX_B "\r\n");
+    put_str("handshake", "ok", "OK " HEX_B " 00000000000000ab 0000000000000001000000000000000f\n");
+    put_str("handshake", "refused", "E - auth\n");
+
+    put_str("response", "answers",
+            "G 1 1796284995487521\nT 2\nB 3\nR 4\nN 5\nP 0\nQ 6 alice 17 3\nQ 7 - 0 0\n");
+    put_str("response", "errors", "E 12 command\nE - toolong\nE 9 shiny\r\n");
+    put_str("response", "moved", "M 10.0.0.2:7400\nM [::1]:7410\nM -\n");
+    put_str("response", "addr", "node-3.ticketing.svc:7400");
+
+    put_str("admin_http", "get", "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    put_str("admin_http", "head", "HEAD /metrics?x=1 HTTP/1.0\n\n");
+    put_str("admin_http", "post", "POST /status HTTP/1.1\r\n\r\n");
+    put_str("admin_http", "readyz", "  GET\t/readyz");
+}
+
+/* ---- peer frames ---- */
+
+static struct tk_raft_config cfg;
+static const uint8_t DATA[] = "some batch bytes";
+static struct tk_raft_entry src_entries[3];
+
+static struct tk_raft_str str(const char *s)
+{
+    struct tk_raft_str r = {s, (uint16_t)strlen(s)};
+    return r;
+}
+
+/* One valid frame of each type, as test_raft_wire.c's sample(). */
+static struct tk_wire_frame sample(uint8_t type)
+{
+    struct tk_wire_frame f;
+    memset(&f, 0, sizeof(f));
+    f.domain_lo = 0x0102030405060708ull;
+    f.domain_hi = 0x1112131415161718ull;
+    f.msg.type = type;
+    f.msg.from = 0xabcdef;
+    f.msg.term = 77;
+    struct tk_raft_msg *m = &f.msg;
+    switch (type) {
+        case TK_RAFT_MSG_PREVOTE:
+        case TK_RAFT_MSG_VOTE:
+            m->vote.last_index = 1000;
+            m->vote.last_term = 76;
+            m->vote.transfer = 1;
+            break;
+        case TK_RAFT_MSG_VOTE_REPLY:
+            m->vote_reply.pre = 1;
+            m->vote_reply.granted = 1;
+            break;
+        case TK_RAFT_MSG_APPEND:
+            m->append.prev_index = 41;
+            m->append.prev_term = 70;
+            m->append.commit = 40;
+            m->append.seq = 5;
+            for (uint32_t i = 0; i < 3; i++) {
+                struct tk_raft_entry *e = &src_entries[i];
+                memset(e, 0, sizeof(*e));
+                e->index = 42 + i;
+                e->term = 77;
+                e->type = i == 0 ? TK_RAFT_NOOP : TK_RAFT_DATA;
+                e->token_first = 900 + i;
+                e->token_count = i == 0 ? 0 : 1;
+                e->len = i == 0 ? 0 : (uint32_t)sizeof(DATA);
+                e->data = i == 0 ? NULL : DATA;
+            }
+            m->append.n = 3;
+            m->append.entries = src_entries;
+            break;
+        case TK_RAFT_MSG_APPEND_REPLY:
+            m->append_reply.success = 1;
+            m->append_reply.index = 44;
+            m->append_reply.hint = 3;
+            m->append_reply.seq = 5;
+            break;
+        case TK_RAFT_MSG_SNAPSHOT:
+            m->snapshot.index = 500;
+            m->snapshot.term = 70;
+            m->snapshot.token_next = 123456;
+            m->snapshot.total = 100;
+            m->snapshot.offset = 50;
+            m->snapshot.len = sizeof(DATA);
+            m->snapshot.data = DATA;
+            m->snapshot.config = &cfg;
+            break;
+        case TK_RAFT_MSG_SNAPSHOT_REPLY:
+            m->snapshot_reply.index = 500;
+            m->snapshot_reply.offset = 67;
+            m->snapshot_reply.done = 1;
+            break;
+        case TK_RAFT_MSG_TIMEOUT_NOW:
+            break;
+        case TK_RAFT_MSG_JOIN:
+            m->join.peer_addr = str("10.0.0.9:7401");
+            m->join.client_addr = str("10.0.0.9:7400");
+            break;
+        case TK_RAFT_MSG_JOIN_REPLY:
+            m->join_reply.status = TK_RAFT_JOIN_REMOVED;
+            m->join_reply.leader_id = 99;
+            m->join_reply.leader_peer_addr = str("leader:7401");
+            break;
+        case TK_RAFT_MSG_PROBE:
+            m->probe.peers_hash = 0xfeed;
+            m->probe.peer_addr = str("me:7401");
+            m->probe.client_addr = str("me:7400");
+            m->probe.flags = TK_RAFT_PROBE_FORCE;
+            break;
+        case TK_RAFT_MSG_PROBE_REPLY:
+            m->probe_reply.flags = TK_RAFT_PROBE_MEMBER;
+            m->probe_reply.peers_hash = 0xfeed;
+            m->probe_reply.leader_id = 99;
+            m->probe_reply.leader_peer_addr = str("leader:7401");
+            m->probe_reply.leader_client_addr = str("");
+            m->probe_reply.token_next = 1796284995487521ull;
+            break;
+        case TK_RAFT_MSG_REMOVE:
+            m->remove.id = 0x1234567890abcdefull;
+            break;
+        default:
+            abort();
+    }
+    return f;
+}
+
+static size_t encode(uint8_t type, uint8_t *buf, size_t cap)
+{
+    struct tk_wire_frame f = sample(type);
+    size_t n = tk_wire_encode(&f, buf, cap);
+    if (n == 0)
+        abort();
+    return n;
+}
+
+static void wire_seeds(void)
+{
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.domain_lo = 7;
+    cfg.domain_hi = 8;
+    cfg.serve_after_us = 1796285189000000ull;
+    cfg.n = 2;
+    cfg.m[0].id = 11;
+    cfg.m[0].role = TK_RAFT_VOTER;
+    strcpy(cfg.m[0].peer_addr, "a:1");
+    strcpy(cfg.m[0].client_addr, "a:2");
+    cfg.m[1].id = 12;
+    cfg.m[1].role = TK_RAFT_LEARNER;
+    strcpy(cfg.m[1].peer_addr, "b:1");
+    strcpy(cfg.m[1].client_addr, "b:2");
+    uint8_t buf[4096];
+    for (uint8_t t = 1; t <= TK_RAFT_MSG_TYPE_MAX; t++) {
+        char name[32];
+        snprintf(name, sizeof(name), "type-%02u", t);
+        put("wire", name, buf, encode(t, buf, sizeof(buf)));
+    }
+    /* A stream: heartbeat, reply, then a frame cut short. */
+    size_t n = encode(TK_RAFT_MSG_APPEND, buf, sizeof(buf));
+    n += encode(TK_RAFT_MSG_APPEND_REPLY, buf + n, sizeof(buf) - n);
+    size_t last = encode(TK_RAFT_MSG_PROBE, buf + n, sizeof(buf) - n);
+    put("wire", "stream", buf, n + last / 2);
+}
+
+/* ---- commands, batches, snapshots ---- */
+
+static struct tk_cmd grant(const char *key, const char *owner, uint64_t token)
+{
+    struct tk_cmd c;
+    memset(&c, 0, sizeof(c));
+    c.type = TK_CMD_GRANT;
+    c.key_len = (uint8_t)strlen(key);
+    memcpy(c.key, key, c.key_len);
+    c.owner_len = (uint8_t)strlen(owner);
+    memcpy(c.owner, owner, c.owner_len);
+    c.lease_ms = 30000;
+    c.token = token;
+    return c;
+}
+
+static struct tk_cmd removal(uint8_t type, const char *key, uint64_t old_token)
+{
+    struct tk_cmd c;
+    memset(&c, 0, sizeof(c));
+    c.type = type;
+    c.key_len = (uint8_t)strlen(key);
+    memcpy(c.key, key, c.key_len);
+    c.old_token = old_token;
+    return c;
+}
+
+static size_t put_le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+    return (size_t)bytes;
+}
+
+/* cmd input: u64 token_first | u32 token_count | u32 ncmds | commands. */
+static void batch(const char *name, uint64_t first, const struct tk_cmd *c, uint32_t n)
+{
+    uint8_t buf[4096];
+    size_t off = 12;
+    uint32_t tokens = 0;
+    off += put_le(buf + off, n, 4);
+    for (uint32_t i = 0; i < n; i++) {
+        off += tk_cmd_encode(&c[i], buf + off, sizeof(buf) - off);
+        tokens += tk_cmd_grants(&c[i]);
+    }
+    put_le(buf, first, 8);
+    put_le(buf + 8, tokens, 4);
+    put("cmd", name, buf, off);
+}
+
+static void snap(const char *name, const struct tk_cmd *c, uint64_t n)
+{
+    uint8_t buf[4096];
+    memcpy(buf, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN);
+    memcpy(buf + TK_SNAP_MAGIC_LEN, &n, 8);
+    size_t off = TK_SNAP_HEADER_LEN;
+    for (uint64_t i = 0; i < n; i++)
+        off += tk_cmd_encode(&c[i], buf + off, sizeof(buf) - off);
+    put("snapshot", name, buf, off);
+}
+
+static void binary_seeds(void)
+{
+    const uint64_t t = 1796284995487521ull;
+    struct tk_cmd one[1] = {grant("show-42", "alice", t)};
+    batch("grant", t, one, 1);
+    struct tk_cmd handoff = grant("show-42", "bob", t + 1);
+    handoff.type = TK_CMD_HANDOFF;
+    handoff.old_token = t;
+    handoff.expired = 1;
+    struct tk_cmd mixed[4] = {handoff, grant("seat/7", "carol", t + 2),
+                              removal(TK_CMD_RELEASE, "seat/9", t - 5),
+                              removal(TK_CMD_EXPIRE, "inventory", t - 9)};
+    batch("mixed", t + 1, mixed, 4);
+    batch("empty", t, NULL, 0);
+
+    snap("empty", NULL, 0);
+    snap("one", one, 1);
+    struct tk_cmd held[3] = {grant("seat/7", "carol", t + 2), grant("show-42", "bob", t + 3),
+                             grant("inventory", "a-rather-long-owner-name", t + 9)};
+    snap("three", held, 3);
+}
+
+/* ---- lock model: choice bytes (tests/fuzz/fuzz_lock.c) ---- */
+
+static void lock_seeds(void)
+{
+    static const uint64_t seeds[] = {1, 2, 3};
+    for (size_t s = 0; s < sizeof(seeds) / sizeof(seeds[0]); s++) {
+        struct tk_prng p;
+        tk_prng_seed(&p, seeds[s]);
+        uint8_t buf[512];
+        for (size_t i = 0; i < sizeof(buf); i++)
+            buf[i] = (uint8_t)tk_prng_next(&p);
+        char name[32];
+        snprintf(name, sizeof(name), "prng-%llu", (unsigned long long)seeds[s]);
+        put("lock", name, buf, sizeof(buf));
+    }
+    /* A short hand-written sequence of choices. */
+    static const uint8_t scripted[] = {0, 1, 0, 0, 0x10, 0, 0, 0, 0, 1, 1, 1, 0, 0x20, 0, 5, 0,
+                                       60, 60, 80, 0, 0x40, 6};
+    put("lock", "scripted", scripted, sizeof(scripted));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s <corpus-dir>\n", argv[0]);
+        return 2;
+    }
+    root = argv[1];
+    if (mkdir(root, 0755) != 0 && errno != EEXIST) {
+        perror(root);
+        return 1;
+    }
+    text_seeds();
+    wire_seeds();
+    binary_seeds();
+    lock_seeds();
+    return 0;
+}
