@@ -91,6 +91,30 @@ static size_t render_metrics(struct tk_server *s, char *buf, size_t cap)
     return TK_MIN(off, cap);
 }
 
+/* Alive = every loop made a round recently: workers wake at least every
+ * 100 ms and the Raft thread every 50 ms, so 5 s without a round means a
+ * thread is stuck (a liveness probe should then restart the process). */
+#define STALL_US 5000000u
+
+static bool stalled(struct tk_server *s, char *why, size_t cap)
+{
+    uint64_t now = tk_now_us();
+    for (uint32_t i = 0; i <= s->nworkers; i++) {
+        uint32_t slot = i < s->nworkers ? i : TK_WORKERS_MAX;
+        uint64_t at = atomic_load_explicit(&s->progress_us[slot], memory_order_relaxed);
+        if (at != 0 && now > at && now - at > STALL_US) {
+            if (i < s->nworkers)
+                snprintf(why, cap, "worker %u made no progress for %llu ms\n", i,
+                         (unsigned long long)((now - at) / 1000u));
+            else
+                snprintf(why, cap, "raft thread made no progress for %llu ms\n",
+                         (unsigned long long)((now - at) / 1000u));
+            return true;
+        }
+    }
+    return false;
+}
+
 static size_t render_status(struct tk_server *s, char *buf, size_t cap)
 {
     int n = snprintf(
@@ -177,9 +201,14 @@ static void serve(struct tk_server *s, int fd, char *rsp)
         case TK_ADMIN_BAD_METHOD:
             respond(fd, 405, "text/plain", "GET only\n", 9);
             break;
-        case TK_ADMIN_HEALTHZ:
-            respond(fd, 200, "text/plain", "ok\n", 3);
+        case TK_ADMIN_HEALTHZ: {
+            char why[128];
+            if (stalled(s, why, sizeof(why)))
+                respond(fd, 503, "text/plain", why, strlen(why));
+            else
+                respond(fd, 200, "text/plain", "ok\n", 3);
             break;
+        }
         case TK_ADMIN_READYZ:
             if (tk_raftd_ready(s))
                 respond(fd, 200, "text/plain", "ready\n", 6);

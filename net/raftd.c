@@ -494,6 +494,7 @@ static void *raftd_main(void *arg)
         else if (wait)
             wait_standalone(r, wait);
         r->now = tk_now_us();
+        atomic_store_explicit(&s->progress_us[TK_WORKERS_MAX], r->now, memory_order_relaxed);
         if (tk_raft_deadline(r->core) <= r->now) {
             struct tk_raft_update up;
             int rc = tk_raft_tick(r->core, r->now, &up);

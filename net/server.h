@@ -165,6 +165,9 @@ struct tk_server {
     _Atomic int removed;             /* no longer a member (SPEC 10): exit 3 */
     _Atomic uint64_t conns;          /* client connections open (bound) */
     _Atomic uint64_t domain_lo, domain_hi; /* fencing domain, 0 until known */
+    /* Monotonic time of each loop's latest round: workers 0..n-1, the Raft
+     * thread at TK_WORKERS_MAX. /healthz fails when one stops moving. */
+    _Atomic uint64_t progress_us[TK_WORKERS_MAX + 1];
     _Atomic uint64_t wstats[TK_WORKERS_MAX][TK_WSTAT_COUNT];
 };
 

@@ -643,6 +643,7 @@ static void *worker_main(void *arg)
         else
             io_uring_submit_and_get_events(&w->ring);
         w->now_us = tk_now_us();
+        atomic_store_explicit(&s->progress_us[w->idx], w->now_us, memory_order_relaxed);
         unsigned head, n = 0;
         io_uring_for_each_cqe(&w->ring, head, cqe)
         {
