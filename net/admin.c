@@ -1,7 +1,8 @@
 /* The admin HTTP listener on client port + 2: /healthz, /readyz, /status
- * (JSON) and /metrics (Prometheus text). A thread of its own serves one
- * request at a time with short timeouts; it only reads published counters,
- * never the hot path's state. */
+ * (JSON) and /metrics (Prometheus text). A thread of its own reads up to
+ * 64 connections at once, each with a deadline for its whole request, and
+ * answers each in turn; it only reads published counters, never the hot
+ * path's state. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -174,25 +175,9 @@ static void respond(int fd, int code, const char *ctype, const char *body, size_
         write_all(fd, body, len);
 }
 
-static void serve(struct tk_server *s, int fd, char *rsp)
+/* Answers one complete request (req[len] is NUL). */
+static void serve(struct tk_server *s, int fd, const char *req, size_t len, char *rsp)
 {
-    char req[REQ_MAX + 1];
-    size_t len = 0;
-    while (len < REQ_MAX) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (poll(&pfd, 1, IO_TIMEOUT_MS) <= 0)
-            return;
-        ssize_t r = recv(fd, req + len, REQ_MAX - len, MSG_DONTWAIT);
-        if (r < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (r <= 0)
-            return;
-        len += (size_t)r;
-        req[len] = 0;
-        if (tk_admin_http_complete(req, len))
-            break;
-    }
-    req[len] = 0;
     head_only = false; /* a 400 after a HEAD still gets its body */
     switch (tk_admin_http_parse(req, len, &head_only)) {
         case TK_ADMIN_BAD_REQUEST:
@@ -231,22 +216,93 @@ static void serve(struct tk_server *s, int fd, char *rsp)
     }
 }
 
+/* Connections are read concurrently, each with a deadline for its whole
+ * request: a client trickling bytes or sitting idle costs one slot for at
+ * most REQ_DEADLINE_US, and delays nobody else. When the slots are full the
+ * oldest connection goes, so /healthz answers while idle or slow clients
+ * hold the port. */
+#define ADMIN_CONNS_MAX 64
+#define REQ_DEADLINE_US 1000000u
+
+struct admin_conn {
+    int fd;
+    uint64_t deadline_us;
+    size_t len;
+    char req[REQ_MAX + 1];
+};
+
+static void admin_accept(struct admin_conn *c, uint32_t *n)
+{
+    int fd = accept4(admin_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+        return;
+    if (*n == ADMIN_CONNS_MAX) {
+        uint32_t oldest = 0;
+        for (uint32_t i = 1; i < *n; i++)
+            if (c[i].deadline_us < c[oldest].deadline_us)
+                oldest = i;
+        close(c[oldest].fd);
+        c[oldest] = c[--*n];
+    }
+    c[*n].fd = fd;
+    c[*n].deadline_us = tk_now_us() + REQ_DEADLINE_US;
+    c[*n].len = 0;
+    (*n)++;
+}
+
+/* Reads what arrived; true when the connection is done with (answered,
+ * closed, or over its limits). */
+static bool admin_read(struct tk_server *s, struct admin_conn *c, char *rsp)
+{
+    for (;;) {
+        ssize_t r = recv(c->fd, c->req + c->len, REQ_MAX - c->len, MSG_DONTWAIT);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EAGAIN)
+            return false;
+        if (r <= 0)
+            return true;
+        c->len += (size_t)r;
+        c->req[c->len] = 0;
+        if (tk_admin_http_complete(c->req, c->len) || c->len == REQ_MAX) {
+            serve(s, c->fd, c->req, c->len, rsp);
+            return true;
+        }
+    }
+}
+
 static void *admin_main(void *arg)
 {
     struct tk_server *s = arg;
     pthread_setname_np(pthread_self(), "tk-admin");
     char *rsp = malloc(RSP_MAX);
+    struct admin_conn *c = malloc(ADMIN_CONNS_MAX * sizeof(*c));
     TK_ASSERT(rsp != NULL);
+    TK_ASSERT(c != NULL);
+    uint32_t n = 0;
+    struct pollfd pfd[ADMIN_CONNS_MAX + 1];
     while (!atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
-        struct pollfd pfd = {.fd = admin_fd, .events = POLLIN};
-        if (poll(&pfd, 1, 100) <= 0)
-            continue;
-        int fd = accept4(admin_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0)
-            continue;
-        serve(s, fd, rsp);
-        close(fd);
+        pfd[0] = (struct pollfd){.fd = admin_fd, .events = POLLIN};
+        for (uint32_t i = 0; i < n; i++)
+            pfd[i + 1] = (struct pollfd){.fd = c[i].fd, .events = POLLIN};
+        int ready = poll(pfd, n + 1, 100);
+        uint64_t now = tk_now_us();
+        /* Serve or expire the open ones first: accepting may move them. */
+        for (uint32_t i = n; i-- > 0;) {
+            bool done = now >= c[i].deadline_us;
+            if (!done && ready > 0 && (pfd[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+                done = admin_read(s, &c[i], rsp);
+            if (done) {
+                close(c[i].fd);
+                c[i] = c[--n];
+            }
+        }
+        if (ready > 0 && (pfd[0].revents & POLLIN))
+            admin_accept(c, &n);
     }
+    for (uint32_t i = 0; i < n; i++)
+        close(c[i].fd);
+    free(c);
     free(rsp);
     return NULL;
 }

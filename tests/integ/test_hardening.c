@@ -333,3 +333,36 @@ Test(hardening, a_peer_port_flood_does_not_keep_a_member_from_rejoining)
     for (int i = 0; i < n; i++)
         close(fds[i]);
 }
+
+/* ---- the admin port answers ---------------------------------------------------------- */
+
+Test(hardening, healthz_answers_while_idle_and_trickling_clients_hold_the_admin_port)
+{
+    static const char *const args[] = {"--threads", "1", NULL};
+    cr_assert_eq(tk_node_start(&node, args), 0);
+    static int idle[50], slow[5];
+    cr_assert_eq(flood(node.port + 2, idle, 50), 50);
+    cr_assert_eq(flood(node.port + 2, slow, 5), 5);
+    static char body[256];
+    uint64_t worst = 0;
+    /* For 3 s the slow clients send a byte every 300 ms (a request that
+     * never ends); /healthz is asked every 100 ms meanwhile. One at a time,
+     * each idle socket would have held the port for its whole timeout. */
+    for (int round = 0; round < 30; round++) {
+        if (round % 3 == 0)
+            for (int i = 0; i < 5; i++)
+                (void)!send(slow[i], "G", 1, MSG_NOSIGNAL);
+        uint64_t t0 = tk_test_ms();
+        cr_assert_eq(tk_http_get(node.port + 2, "/healthz", body, sizeof(body)), 200);
+        uint64_t took = tk_test_ms() - t0;
+        worst = took > worst ? took : worst;
+        usleep(100 * 1000);
+    }
+    fprintf(stderr, "hardening/admin: slowest /healthz %llu ms with 55 idle or slow clients\n",
+            (unsigned long long)worst);
+    cr_assert_lt(worst, 1000, "the admin port waited on idle clients");
+    for (int i = 0; i < 50; i++)
+        close(idle[i]);
+    for (int i = 0; i < 5; i++)
+        close(slow[i]);
+}
