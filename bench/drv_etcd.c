@@ -42,27 +42,27 @@
 
 #include "bench/bench.h"
 
-#define OP_GRANT 'L'    /* setup: a lease for a slot */
-#define OP_REVOKE 'V'   /* setup: revoke a slot's tainted lease */
-#define OP_REGRANT 'l'  /* in band: a fresh lease, then the slot's deferred lock */
-#define OP_UNLEASE 'v'  /* in band: revoke the tainted lease */
+#define OP_GRANT 'L'   /* setup: a lease for a slot */
+#define OP_REVOKE 'V'  /* setup: revoke a slot's tainted lease */
+#define OP_REGRANT 'l' /* in band: a fresh lease, then the slot's deferred lock */
+#define OP_UNLEASE 'v' /* in band: revoke the tainted lease */
 #define BODY_MAX 4096
 
 struct etcd_slot {
     uint64_t lease;
-    uint64_t old_lease;      /* to revoke at the next setup */
-    bool dirty;              /* the lease may carry a stray lock key: replace it */
-    bool deferred;           /* a lock waits for the in-band lease grant */
+    uint64_t old_lease; /* to revoke at the next setup */
+    bool dirty;         /* the lease may carry a stray lock key: replace it */
+    bool deferred;      /* a lock waits for the in-band lease grant */
     char lockkey[BENCH_LOCKKEY_MAX];
     size_t lockkey_len;
-    char key[BENCH_KEY_MAX];  /* the deferred lock's name */
+    char key[BENCH_KEY_MAX]; /* the deferred lock's name */
     size_t key_len;
 };
 
 struct ed {
     struct etcd_slot *s;
-    uint32_t pending;        /* setup requests in flight */
-    char body[BODY_MAX];     /* a de-chunked body */
+    uint32_t pending;    /* setup requests in flight */
+    char body[BODY_MAX]; /* a de-chunked body */
 };
 
 static int ed_init(struct bench *b)
@@ -98,7 +98,10 @@ static size_t b64(const char *in, size_t n, char *out)
     return o;
 }
 
-static void ed_post(struct bconn *c, const char *path, const char *body, size_t blen,
+static void ed_post(struct bconn *c,
+                    const char *path,
+                    const char *body,
+                    size_t blen,
                     uint32_t timeout_ms)
 {
     char extra[64] = "";
@@ -214,7 +217,11 @@ static bool json_u64(const char *js, size_t n, const char *name, uint64_t *out)
 /* Parses one HTTP/1.1 response at p. Returns its length (0: incomplete,
  * -1: malformed) and the status and body (de-chunked into d->body if
  * chunked; trailers are skipped). */
-static long http_response(struct ed *d, const char *p, size_t n, int *status, const char **body,
+static long http_response(struct ed *d,
+                          const char *p,
+                          size_t n,
+                          int *status,
+                          const char **body,
                           size_t *blen)
 {
     const char *end = memmem(p, n, "\r\n\r\n", 4);
@@ -231,7 +238,8 @@ static long http_response(struct ed *d, const char *p, size_t n, int *status, co
         const char *h = line + 1;
         if (strncasecmp(h, "Content-Length:", 15) == 0)
             clen = atol(h + 15);
-        else if (strncasecmp(h, "Transfer-Encoding:", 18) == 0 && memmem(h, (size_t)(end - h), "chunked", 7))
+        else if (strncasecmp(h, "Transfer-Encoding:", 18) == 0 &&
+                 memmem(h, (size_t)(end - h), "chunked", 7))
             chunked = true;
     }
     if (!chunked) {
@@ -299,8 +307,7 @@ static long ed_input(struct bconn *c)
         uint32_t i = f->slot;
         TK_ASSERT(i < c->nslots);
         struct etcd_slot *es = &d->s[i];
-        if (f->op == OP_GRANT || f->op == OP_REVOKE || f->op == OP_REGRANT ||
-            f->op == OP_UNLEASE) {
+        if (f->op == OP_GRANT || f->op == OP_REVOKE || f->op == OP_REGRANT || f->op == OP_UNLEASE) {
             uint8_t op = f->op;
             bench_inflight_pop(c);
             if (op == OP_GRANT || op == OP_REGRANT) {
@@ -337,8 +344,8 @@ static long ed_input(struct bconn *c)
             es->lockkey_len = (size_t)kl;
             r.kind = BR_GRANT;
             if (getenv("TK_BENCH_DEBUG"))
-                fprintf(stderr, "grant conn %u slot %u lease %llx key %.*s rev %llu\n", c->global, i,
-                        (unsigned long long)es->lease, (int)kl, k, (unsigned long long)r.token);
+                fprintf(stderr, "grant conn %u slot %u lease %llx key %.*s rev %llu\n", c->global,
+                        i, (unsigned long long)es->lease, (int)kl, k, (unsigned long long)r.token);
         } else if (status == 200) {
             r.kind = BR_RELEASED;
         } else if (status == 504 && f->op == 'A') {

@@ -128,42 +128,42 @@ static int tkd_line(struct bconn *c, const char *line, size_t len)
     }
     struct bresp br = {.has_id = true, .id = r.id};
     switch (r.type) {
-    case 'G':
-        br.kind = BR_GRANT;
-        br.token = r.token;
-        break;
-    case 'T':
-        br.kind = BR_TIMEOUT;
-        break;
-    case 'B':
-        br.kind = BR_BUSY;
-        break;
-    case 'R':
-        br.kind = BR_RELEASED;
-        break;
-    case 'N':
-        br.kind = BR_NOTHELD;
-        break;
-    case 'M':
-        /* The leader stepped down or changed: in-flight requests become
-         * indeterminate, releases are sent again elsewhere. */
-        bench_redirect(c, r.text, r.text ? r.text_len : 0);
-        return 0;
-    case 'E':
-        if (!r.has_id) {
-            bench_conn_warn(c, "connection error '%.*s'", (int)TK_MIN(len, 80u), line);
+        case 'G':
+            br.kind = BR_GRANT;
+            br.token = r.token;
+            break;
+        case 'T':
+            br.kind = BR_TIMEOUT;
+            break;
+        case 'B':
+            br.kind = BR_BUSY;
+            break;
+        case 'R':
+            br.kind = BR_RELEASED;
+            break;
+        case 'N':
+            br.kind = BR_NOTHELD;
+            break;
+        case 'M':
+            /* The leader stepped down or changed: in-flight requests become
+             * indeterminate, releases are sent again elsewhere. */
+            bench_redirect(c, r.text, r.text ? r.text_len : 0);
+            return 0;
+        case 'E':
+            if (!r.has_id) {
+                bench_conn_warn(c, "connection error '%.*s'", (int)TK_MIN(len, 80u), line);
+                return -1;
+            }
+            bench_conn_warn(c, "request rejected '%.*s'", (int)TK_MIN(len, 80u), line);
+            br.kind = BR_ERROR;
+            break;
+        case 'P':
+            if (r.id != 0)
+                bench_probe_answer(c, r.id);
+            return 0;
+        default:
+            bench_conn_warn(c, "unexpected response '%.*s'", (int)TK_MIN(len, 80u), line);
             return -1;
-        }
-        bench_conn_warn(c, "request rejected '%.*s'", (int)TK_MIN(len, 80u), line);
-        br.kind = BR_ERROR;
-        break;
-    case 'P':
-        if (r.id != 0)
-            bench_probe_answer(c, r.id);
-        return 0;
-    default:
-        bench_conn_warn(c, "unexpected response '%.*s'", (int)TK_MIN(len, 80u), line);
-        return -1;
     }
     bench_response(c, &br);
     return 0;

@@ -10,15 +10,15 @@
 
 #include <stdint.h>
 
-#define BHIST_SUB_BITS 7                        /* 128 sub-buckets per octave */
+#define BHIST_SUB_BITS 7 /* 128 sub-buckets per octave */
 #define BHIST_SUB (1u << BHIST_SUB_BITS)
-#define BHIST_MAX_BITS 42                       /* values up to 2^42 ns (about 73 min) */
+#define BHIST_MAX_BITS 42 /* values up to 2^42 ns (about 73 min) */
 #define BHIST_BUCKETS (2u * BHIST_SUB + (BHIST_MAX_BITS - BHIST_SUB_BITS - 1u) * BHIST_SUB)
 
 struct bhist {
     uint64_t count;
-    uint64_t min, max;                          /* exact */
-    uint64_t sum;                               /* for the mean */
+    uint64_t min, max; /* exact */
+    uint64_t sum;      /* for the mean */
     uint64_t b[BHIST_BUCKETS];
 };
 

@@ -274,53 +274,53 @@ static void slot_on_acquire(struct bthread *t, struct slot *s, const struct bres
     struct bench *b = t->b;
     bool win = in_window(b, now);
     switch (r->kind) {
-    case BR_GRANT:
-        s->t_granted = now;
-        s->token = r->token;
-        atomic_fetch_add_explicit(&b->grants_total, 1, memory_order_relaxed);
-        if (now >= b->t_start && (now - b->t_start) / NS_PER_MS < b->timeline_len)
-            atomic_fetch_add_explicit(&b->timeline[(now - b->t_start) / NS_PER_MS], 1,
-                                      memory_order_relaxed);
-        if (win) {
-            t->cnt.grants++;
-            bhist_record(&t->hist, now - s->t_intended);
-        }
-        bench_check_grant(b, t, s, now);
-        if (b->scenario == SC_MEMORY) {
-            t->cnt.mem_acquired++;
-            slot_idle(t, s); /* keeps the key; goes on to the next one */
-        } else if (b->hold_ms > 0) {
-            s->state = SL_HOLD;
-            heap_push(t, now + (uint64_t)b->hold_ms * NS_PER_MS, TM_HOLD, s, ++s->timer_gen);
-        } else {
-            slot_leave(t, s, now);
-        }
-        return;
-    case BR_BUSY:
-        if (b->drv->client_retry && b->wait_ms > 0) {
-            if (now + NS_PER_MS < s->deadline) {
-                if (win)
-                    t->cnt.retries++;
-                s->state = SL_RETRY;
-                heap_push(t, now + NS_PER_MS, TM_RETRY, s, ++s->timer_gen);
-                return;
+        case BR_GRANT:
+            s->t_granted = now;
+            s->token = r->token;
+            atomic_fetch_add_explicit(&b->grants_total, 1, memory_order_relaxed);
+            if (now >= b->t_start && (now - b->t_start) / NS_PER_MS < b->timeline_len)
+                atomic_fetch_add_explicit(&b->timeline[(now - b->t_start) / NS_PER_MS], 1,
+                                          memory_order_relaxed);
+            if (win) {
+                t->cnt.grants++;
+                bhist_record(&t->hist, now - s->t_intended);
             }
+            bench_check_grant(b, t, s, now);
+            if (b->scenario == SC_MEMORY) {
+                t->cnt.mem_acquired++;
+                slot_idle(t, s); /* keeps the key; goes on to the next one */
+            } else if (b->hold_ms > 0) {
+                s->state = SL_HOLD;
+                heap_push(t, now + (uint64_t)b->hold_ms * NS_PER_MS, TM_HOLD, s, ++s->timer_gen);
+            } else {
+                slot_leave(t, s, now);
+            }
+            return;
+        case BR_BUSY:
+            if (b->drv->client_retry && b->wait_ms > 0) {
+                if (now + NS_PER_MS < s->deadline) {
+                    if (win)
+                        t->cnt.retries++;
+                    s->state = SL_RETRY;
+                    heap_push(t, now + NS_PER_MS, TM_RETRY, s, ++s->timer_gen);
+                    return;
+                }
+                if (win)
+                    t->cnt.timeouts++;
+            } else {
+                if (win)
+                    t->cnt.busy++;
+                atomic_fetch_add_explicit(&b->busy_total, 1, memory_order_relaxed);
+            }
+            break;
+        case BR_TIMEOUT:
             if (win)
                 t->cnt.timeouts++;
-        } else {
-            if (win)
-                t->cnt.busy++;
-            atomic_fetch_add_explicit(&b->busy_total, 1, memory_order_relaxed);
-        }
-        break;
-    case BR_TIMEOUT:
-        if (win)
-            t->cnt.timeouts++;
-        break;
-    default:
-        t->cnt.errors++;
-        bench_conn_warn(s->conn, "unexpected answer (kind %d) to an acquire", (int)r->kind);
-        break;
+            break;
+        default:
+            t->cnt.errors++;
+            bench_conn_warn(s->conn, "unexpected answer (kind %d) to an acquire", (int)r->kind);
+            break;
     }
     slot_idle(t, s);
 }
@@ -377,22 +377,22 @@ void bench_response(struct bconn *c, const struct bresp *r)
 static void slot_conn_lost(struct bthread *t, struct slot *s)
 {
     switch (s->state) {
-    case SL_ACQ:
-        t->cnt.indeterminate++;
-        s->key_gen++;
-        if (t->b->drv->lost)
-            t->b->drv->lost(s->conn, s);
-        s->state = SL_IDLE;
-        break;
-    case SL_REL:
-        s->state = SL_REL_PENDING;
-        break;
-    case SL_RETRY:
-        s->timer_gen++;
-        s->state = SL_IDLE;
-        break;
-    default:
-        break;
+        case SL_ACQ:
+            t->cnt.indeterminate++;
+            s->key_gen++;
+            if (t->b->drv->lost)
+                t->b->drv->lost(s->conn, s);
+            s->state = SL_IDLE;
+            break;
+        case SL_REL:
+            s->state = SL_REL_PENDING;
+            break;
+        case SL_RETRY:
+            s->timer_gen++;
+            s->state = SL_IDLE;
+            break;
+        default:
+            break;
     }
 }
 
@@ -507,11 +507,10 @@ void bench_redirect(struct bconn *c, const char *addr, size_t len)
             host[colon - buf] = 0;
             port = (uint32_t)strtoul(colon + 1, NULL, 10);
             /* Loopback only: this tool never sends traffic anywhere else. */
-            if (inet_pton(AF_INET, host, &ia) == 1 && (ntohl(ia.s_addr) >> 24) == 127 &&
-                port > 0 && port < 65536) {
-                c->redirect = (struct sockaddr_in){.sin_family = AF_INET,
-                                                   .sin_port = htons((uint16_t)port),
-                                                   .sin_addr = ia};
+            if (inet_pton(AF_INET, host, &ia) == 1 && (ntohl(ia.s_addr) >> 24) == 127 && port > 0 &&
+                port < 65536) {
+                c->redirect = (struct sockaddr_in){
+                    .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = ia};
                 c->redirect_set = true;
                 return;
             }

@@ -49,7 +49,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ticketing-bench --driver ticketing|etcd|redis --addr 127.0.0.1:PORT[,...]\n"
-            "                       --scenario uncontended|hotkey|ticketdrop|failover|memory [options]\n"
+            "                       --scenario uncontended|hotkey|ticketdrop|failover|memory "
+            "[options]\n"
             "  --secret-file F     client secret (ticketing)\n"
             "  --conns N           connections (64)        --threads N   epoll threads (1)\n"
             "  --depth N           slots (pipelined lock clients) per connection (1)\n"
@@ -334,15 +335,16 @@ static void print_json(FILE *f, struct bench *b, struct result *r, bool checks_o
     gmtime_r(&now, &tm);
     char when[32];
     strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fprintf(f,
-            "{\"system\":\"%s\",\"label\":\"%s\",\"case\":\"%s\",\"scenario\":\"%s\",\"time\":\"%s\","
-            "\"conns\":%u,\"depth\":%u,\"threads\":%u,\"clients\":%llu,\"mode\":\"%s\","
-            "\"rate_target\":%.1f,\"warmup_s\":%.1f,\"duration_s\":%.3f,"
-            "\"lease_ms\":%u,\"wait_ms\":%u,\"hold_ms\":%u,\"keys\":%llu,\"zipf\":%.2f,",
-            b->drv->name, b->label, b->case_name, b->scenario_name, when, b->nconns, b->depth, b->nthreads,
-            (unsigned long long)b->nslots, b->rate > 0 ? "open" : "closed", b->rate,
-            b->warmup_s, r->window_s, b->lease_ms, b->wait_ms, b->hold_ms,
-            (unsigned long long)(b->scenario == SC_HOTKEY ? 1 : b->nkeys), b->zipf_s);
+    fprintf(
+        f,
+        "{\"system\":\"%s\",\"label\":\"%s\",\"case\":\"%s\",\"scenario\":\"%s\",\"time\":\"%s\","
+        "\"conns\":%u,\"depth\":%u,\"threads\":%u,\"clients\":%llu,\"mode\":\"%s\","
+        "\"rate_target\":%.1f,\"warmup_s\":%.1f,\"duration_s\":%.3f,"
+        "\"lease_ms\":%u,\"wait_ms\":%u,\"hold_ms\":%u,\"keys\":%llu,\"zipf\":%.2f,",
+        b->drv->name, b->label, b->case_name, b->scenario_name, when, b->nconns, b->depth,
+        b->nthreads, (unsigned long long)b->nslots, b->rate > 0 ? "open" : "closed", b->rate,
+        b->warmup_s, r->window_s, b->lease_ms, b->wait_ms, b->hold_ms,
+        (unsigned long long)(b->scenario == SC_HOTKEY ? 1 : b->nkeys), b->zipf_s);
     fprintf(f,
             "\"acquires\":%llu,\"grants\":%llu,\"pairs\":%llu,\"timeouts\":%llu,\"busy\":%llu,"
             "\"notheld\":%llu,\"errors\":%llu,\"retries\":%llu,\"indeterminate\":%llu,"
@@ -362,20 +364,21 @@ static void print_json(FILE *f, struct bench *b, struct result *r, bool checks_o
             "\"latency_us\":{\"count\":%llu,\"mean\":%.1f,\"p50\":%.1f,\"p90\":%.1f,\"p99\":%.1f,"
             "\"p999\":%.1f,\"max\":%.1f},",
             (unsigned long long)h->count, h->count ? us(h->sum / h->count) : 0.0,
-            us(bhist_percentile(h, 50)), us(bhist_percentile(h, 90)),
-            us(bhist_percentile(h, 99)), us(bhist_percentile(h, 99.9)), us(h->max));
+            us(bhist_percentile(h, 50)), us(bhist_percentile(h, 90)), us(bhist_percentile(h, 99)),
+            us(bhist_percentile(h, 99.9)), us(h->max));
     h = &r->hist_rel;
     fprintf(f, "\"release_latency_us\":{\"count\":%llu,\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},",
-            (unsigned long long)h->count, us(bhist_percentile(h, 50)),
-            us(bhist_percentile(h, 99)), us(h->max));
+            (unsigned long long)h->count, us(bhist_percentile(h, 50)), us(bhist_percentile(h, 99)),
+            us(h->max));
     fprintf(f,
             "\"checks\":{\"ok\":%s,\"double_holder\":%llu,\"token_order\":%llu,"
-            "\"fifo_checked\":%s,\"fifo_probe\":%s,\"fifo_bound\":%u,\"fifo_bypass\":%llu,\"bypass_max\":%llu,"
+            "\"fifo_checked\":%s,\"fifo_probe\":%s,\"fifo_bound\":%u,\"fifo_bypass\":%llu,\"bypass_"
+            "max\":%llu,"
             "\"bypass_mean\":%.2f},",
             checks_ok ? "true" : "false", (unsigned long long)c->double_holder,
             (unsigned long long)c->token_order, b->fifo_check ? "true" : "false",
-            b->fifo_probe ? "true" : "false", b->fifo_bound,
-            (unsigned long long)c->fifo_bypass, (unsigned long long)c->bypass_max,
+            b->fifo_probe ? "true" : "false", b->fifo_bound, (unsigned long long)c->fifo_bypass,
+            (unsigned long long)c->bypass_max,
             c->bypass_n ? (double)c->bypass_sum / (double)c->bypass_n : 0.0);
     fprintf(f, "\"max_gap_ms\":%llu,\"max_gap_at_s\":%.3f", (unsigned long long)r->max_gap_ms,
             r->max_gap_at_s);
@@ -388,8 +391,7 @@ static void print_json(FILE *f, struct bench *b, struct result *r, bool checks_o
         int klen = snprintf(key, sizeof(key), "%sm%llu", b->prefix,
                             (unsigned long long)(r->mem_items / 2));
         char owner[BENCH_OWNER_MAX];
-        int olen = snprintf(owner, sizeof(owner), "o%llu.%llu",
-                            (unsigned long long)(b->nslots / 2),
+        int olen = snprintf(owner, sizeof(owner), "o%llu.%llu", (unsigned long long)(b->nslots / 2),
                             (unsigned long long)(r->mem_items / TK_MAX(b->nslots, 1u)));
         fprintf(f,
                 ",\"memory\":{\"what\":\"%s\",\"items\":%llu,\"rss_pid\":%d,"
@@ -429,11 +431,11 @@ static void print_summary(struct bench *b, struct result *r, bool checks_ok)
             "%.1f timeouts/s | acquire p50 %.0fus p99 %.0fus p99.9 %.0fus max %.0fus | "
             "gap %llums | errors %llu, indeterminate %llu | checks %s",
             b->drv->name, b->label, b->scenario_name, b->nconns, b->depth,
-            b->rate > 0 ? "open " : "closed", "", (double)c->grants / w,
-            (double)c->released / w, (double)c->timeouts / w, us(bhist_percentile(h, 50)),
-            us(bhist_percentile(h, 99)), us(bhist_percentile(h, 99.9)), us(h->max),
-            (unsigned long long)r->max_gap_ms, (unsigned long long)c->errors,
-            (unsigned long long)c->indeterminate, checks_ok ? "ok" : "FAILED");
+            b->rate > 0 ? "open " : "closed", "", (double)c->grants / w, (double)c->released / w,
+            (double)c->timeouts / w, us(bhist_percentile(h, 50)), us(bhist_percentile(h, 99)),
+            us(bhist_percentile(h, 99.9)), us(h->max), (unsigned long long)r->max_gap_ms,
+            (unsigned long long)c->errors, (unsigned long long)c->indeterminate,
+            checks_ok ? "ok" : "FAILED");
     if (c->bypass_n)
         fprintf(stderr, " (bypass max %llu, bound %u)", (unsigned long long)c->bypass_max,
                 b->fifo_bound);
@@ -448,10 +450,35 @@ static void print_summary(struct bench *b, struct result *r, bool checks_ok)
 }
 
 enum {
-    OPT_DRIVER = 256, OPT_ADDR, OPT_SECRET, OPT_SCENARIO, OPT_CONNS, OPT_THREADS, OPT_DEPTH,
-    OPT_RATE, OPT_WARMUP, OPT_DURATION, OPT_DRAIN, OPT_LEASE, OPT_WAIT, OPT_HOLD, OPT_KEYS,
-    OPT_ZIPF, OPT_MEMKEYS, OPT_MEMWAITERS, OPT_MEMWKEYS, OPT_PREFIX, OPT_RSSPID, OPT_ADMIN,
-    OPT_LABEL, OPT_JSON, OPT_MINPAIRS, OPT_PROGRESS, OPT_HELP, OPT_CASE, OPT_PROBE,
+    OPT_DRIVER = 256,
+    OPT_ADDR,
+    OPT_SECRET,
+    OPT_SCENARIO,
+    OPT_CONNS,
+    OPT_THREADS,
+    OPT_DEPTH,
+    OPT_RATE,
+    OPT_WARMUP,
+    OPT_DURATION,
+    OPT_DRAIN,
+    OPT_LEASE,
+    OPT_WAIT,
+    OPT_HOLD,
+    OPT_KEYS,
+    OPT_ZIPF,
+    OPT_MEMKEYS,
+    OPT_MEMWAITERS,
+    OPT_MEMWKEYS,
+    OPT_PREFIX,
+    OPT_RSSPID,
+    OPT_ADMIN,
+    OPT_LABEL,
+    OPT_JSON,
+    OPT_MINPAIRS,
+    OPT_PROGRESS,
+    OPT_HELP,
+    OPT_CASE,
+    OPT_PROBE,
 };
 
 static const struct option long_opts[] = {
@@ -503,7 +530,7 @@ struct cli {
     const char *secret_file, *json_out, *scenario, *driver, *addrs;
     uint64_t min_pairs;
     bool progress;
-    int64_t wait_ms, keys;      /* -1: the scenario's default */
+    int64_t wait_ms, keys; /* -1: the scenario's default */
 };
 
 static void defaults(struct bench *b, struct cli *o)
@@ -532,46 +559,110 @@ static int parse_args(int argc, char **argv, struct bench *b, struct cli *o)
         double v = 0;
         bool ok = true;
         switch (opt) {
-        case OPT_DRIVER: o->driver = optarg; break;
-        case OPT_ADDR: o->addrs = optarg; break;
-        case OPT_SECRET: o->secret_file = optarg; break;
-        case OPT_SCENARIO: o->scenario = optarg; break;
-        case OPT_CONNS: ok = parse_num(optarg, 1, 100000, &v); b->nconns = (uint32_t)v; break;
-        case OPT_THREADS: ok = parse_num(optarg, 1, 64, &v); b->nthreads = (uint32_t)v; break;
-        case OPT_DEPTH:
-            ok = parse_num(optarg, 1, BENCH_DEPTH_MAX, &v);
-            b->depth = (uint32_t)v;
-            break;
-        case OPT_RATE: ok = parse_num(optarg, 0, 1e9, &b->rate); break;
-        case OPT_WARMUP: ok = parse_num(optarg, 0, 3600, &b->warmup_s); break;
-        case OPT_DURATION: ok = parse_num(optarg, 0.1, 3600, &b->duration_s); break;
-        case OPT_DRAIN: ok = parse_num(optarg, 0, 3600, &b->drain_s); break;
-        case OPT_LEASE: ok = parse_num(optarg, 1, 1e7, &v); b->lease_ms = (uint32_t)v; break;
-        case OPT_WAIT: ok = parse_num(optarg, 0, 1e7, &v); o->wait_ms = (int64_t)v; break;
-        case OPT_HOLD: ok = parse_num(optarg, 0, 1e7, &v); b->hold_ms = (uint32_t)v; break;
-        case OPT_KEYS: ok = parse_num(optarg, 1, 1e8, &v); o->keys = (int64_t)v; break;
-        case OPT_ZIPF: ok = parse_num(optarg, 0, 10, &b->zipf_s); break;
-        case OPT_MEMKEYS: ok = parse_num(optarg, 1, 1e9, &v); b->mem_keys = (uint64_t)v; break;
-        case OPT_MEMWAITERS:
-            ok = parse_num(optarg, 1, 1e9, &v);
-            b->mem_waiters = (uint64_t)v;
-            break;
-        case OPT_MEMWKEYS:
-            ok = parse_num(optarg, 1, 1e8, &v);
-            b->mem_waiter_keys = (uint32_t)v;
-            break;
-        case OPT_PREFIX: snprintf(b->prefix, sizeof(b->prefix), "%s", optarg); break;
-        case OPT_RSSPID: ok = parse_num(optarg, 1, 1e9, &v); b->rss_pid = (int)v; break;
-        case OPT_ADMIN: ok = parse_num(optarg, 1, 65535, &v); b->admin_port = (uint32_t)v; break;
-        case OPT_LABEL: b->label = optarg; break;
-        case OPT_CASE: b->case_name = optarg; break;
-        case OPT_JSON: o->json_out = optarg; break;
-        case OPT_MINPAIRS: ok = parse_num(optarg, 0, 1e12, &v); o->min_pairs = (uint64_t)v; break;
-        case OPT_PROGRESS: o->progress = true; break;
-        case OPT_PROBE: b->fifo_probe = true; break;
-        case OPT_HELP:
-        case 'h': usage(stdout); return -1;
-        default: usage(stderr); return 1;
+            case OPT_DRIVER:
+                o->driver = optarg;
+                break;
+            case OPT_ADDR:
+                o->addrs = optarg;
+                break;
+            case OPT_SECRET:
+                o->secret_file = optarg;
+                break;
+            case OPT_SCENARIO:
+                o->scenario = optarg;
+                break;
+            case OPT_CONNS:
+                ok = parse_num(optarg, 1, 100000, &v);
+                b->nconns = (uint32_t)v;
+                break;
+            case OPT_THREADS:
+                ok = parse_num(optarg, 1, 64, &v);
+                b->nthreads = (uint32_t)v;
+                break;
+            case OPT_DEPTH:
+                ok = parse_num(optarg, 1, BENCH_DEPTH_MAX, &v);
+                b->depth = (uint32_t)v;
+                break;
+            case OPT_RATE:
+                ok = parse_num(optarg, 0, 1e9, &b->rate);
+                break;
+            case OPT_WARMUP:
+                ok = parse_num(optarg, 0, 3600, &b->warmup_s);
+                break;
+            case OPT_DURATION:
+                ok = parse_num(optarg, 0.1, 3600, &b->duration_s);
+                break;
+            case OPT_DRAIN:
+                ok = parse_num(optarg, 0, 3600, &b->drain_s);
+                break;
+            case OPT_LEASE:
+                ok = parse_num(optarg, 1, 1e7, &v);
+                b->lease_ms = (uint32_t)v;
+                break;
+            case OPT_WAIT:
+                ok = parse_num(optarg, 0, 1e7, &v);
+                o->wait_ms = (int64_t)v;
+                break;
+            case OPT_HOLD:
+                ok = parse_num(optarg, 0, 1e7, &v);
+                b->hold_ms = (uint32_t)v;
+                break;
+            case OPT_KEYS:
+                ok = parse_num(optarg, 1, 1e8, &v);
+                o->keys = (int64_t)v;
+                break;
+            case OPT_ZIPF:
+                ok = parse_num(optarg, 0, 10, &b->zipf_s);
+                break;
+            case OPT_MEMKEYS:
+                ok = parse_num(optarg, 1, 1e9, &v);
+                b->mem_keys = (uint64_t)v;
+                break;
+            case OPT_MEMWAITERS:
+                ok = parse_num(optarg, 1, 1e9, &v);
+                b->mem_waiters = (uint64_t)v;
+                break;
+            case OPT_MEMWKEYS:
+                ok = parse_num(optarg, 1, 1e8, &v);
+                b->mem_waiter_keys = (uint32_t)v;
+                break;
+            case OPT_PREFIX:
+                snprintf(b->prefix, sizeof(b->prefix), "%s", optarg);
+                break;
+            case OPT_RSSPID:
+                ok = parse_num(optarg, 1, 1e9, &v);
+                b->rss_pid = (int)v;
+                break;
+            case OPT_ADMIN:
+                ok = parse_num(optarg, 1, 65535, &v);
+                b->admin_port = (uint32_t)v;
+                break;
+            case OPT_LABEL:
+                b->label = optarg;
+                break;
+            case OPT_CASE:
+                b->case_name = optarg;
+                break;
+            case OPT_JSON:
+                o->json_out = optarg;
+                break;
+            case OPT_MINPAIRS:
+                ok = parse_num(optarg, 0, 1e12, &v);
+                o->min_pairs = (uint64_t)v;
+                break;
+            case OPT_PROGRESS:
+                o->progress = true;
+                break;
+            case OPT_PROBE:
+                b->fifo_probe = true;
+                break;
+            case OPT_HELP:
+            case 'h':
+                usage(stdout);
+                return -1;
+            default:
+                usage(stderr);
+                return 1;
         }
         if (!ok) {
             fprintf(stderr, "ticketing-bench: bad value '%s'\n", optarg);
@@ -604,7 +695,7 @@ static int configure(struct bench *b, const struct cli *o)
         fprintf(stderr, "ticketing-bench: bad --driver, --scenario or --addr\n");
         return 1;
     }
-    uint32_t wait_default = b->scenario == SC_HOTKEY                        ? 10000u
+    uint32_t wait_default = b->scenario == SC_HOTKEY                         ? 10000u
                             : b->scenario == SC_MEMORY && b->mem_waiters > 0 ? 250000u
                             : b->scenario == SC_MEMORY                       ? 0u
                                                                              : 1000u;
@@ -628,8 +719,7 @@ static int configure(struct bench *b, const struct cli *o)
         snprintf(b->prefix, sizeof(b->prefix), "b%x%llx-", (unsigned)getpid(),
                  (unsigned long long)(bench_now() / 1000000ull % 0xffffff));
     if (o->secret_file) {
-        int rc = tk_auth_load_secret(o->secret_file, b->secret, sizeof(b->secret),
-                                     &b->secret_len);
+        int rc = tk_auth_load_secret(o->secret_file, b->secret, sizeof(b->secret), &b->secret_len);
         if (rc != TK_OK) {
             fprintf(stderr, "ticketing-bench: cannot load %s: %s\n", o->secret_file,
                     tk_strerror(rc));
@@ -659,8 +749,7 @@ static void memory_after(struct bench *b, struct result *res)
      * latest snapshot in memory: part of what a held key costs, reported so
      * that the lock table can be told apart. */
     if (b->admin_port) {
-        admin_u64(b->admin_port, "/metrics", "ticketing_raft_snapshot_bytes",
-                  &res->snapshot_bytes);
+        admin_u64(b->admin_port, "/metrics", "ticketing_raft_snapshot_bytes", &res->snapshot_bytes);
         admin_u64(b->admin_port, "/metrics", "ticketing_raft_log_bytes", &res->log_bytes);
     }
 }
@@ -689,8 +778,8 @@ static int measure(struct bench *b, struct result *res, bool progress)
         }
         b->t_start = bench_now();
         b->t_measure = b->t_start + (uint64_t)(b->warmup_s * 1e9);
-        b->t_end = b->scenario == SC_MEMORY ? UINT64_MAX
-                                            : b->t_measure + (uint64_t)(b->duration_s * 1e9);
+        b->t_end =
+            b->scenario == SC_MEMORY ? UINT64_MAX : b->t_measure + (uint64_t)(b->duration_s * 1e9);
         atomic_store_explicit(&b->go, true, memory_order_release);
         run_window(b, res, progress);
         if (b->scenario == SC_MEMORY)

@@ -57,37 +57,37 @@ static uint64_t zipf_sample(struct bench *b, struct bthread *t)
 int bench_scenario_init(struct bench *b)
 {
     switch (b->scenario) {
-    case SC_UNCONTENDED:
-        b->nbkeys = b->nslots;
-        b->fifo_bound = 0;
-        break;
-    case SC_HOTKEY:
-        b->nbkeys = 1;
-        b->fifo_bound = (uint32_t)b->nslots - 1u;
-        break;
-    case SC_TICKETDROP:
-        b->nbkeys = b->nkeys;
-        b->fifo_bound = (uint32_t)b->nslots - 1u;
-        b->zipf_cdf = malloc(b->nkeys * sizeof(double));
-        if (b->zipf_cdf == NULL)
-            return -1;
-        double sum = 0;
-        for (uint64_t i = 0; i < b->nkeys; i++) {
-            sum += 1.0 / pow((double)(i + 1), b->zipf_s);
-            b->zipf_cdf[i] = sum;
-        }
-        for (uint64_t i = 0; i < b->nkeys; i++)
-            b->zipf_cdf[i] /= sum;
-        b->zipf_cdf[b->nkeys - 1] = 1.0;
-        break;
-    case SC_FAILOVER:
-        b->nbkeys = b->nkeys;
-        b->fifo_bound = 0; /* waiters die with the old leader: not judged */
-        break;
-    case SC_MEMORY:
-        b->nbkeys = 0;
-        b->fifo_bound = 0;
-        break;
+        case SC_UNCONTENDED:
+            b->nbkeys = b->nslots;
+            b->fifo_bound = 0;
+            break;
+        case SC_HOTKEY:
+            b->nbkeys = 1;
+            b->fifo_bound = (uint32_t)b->nslots - 1u;
+            break;
+        case SC_TICKETDROP:
+            b->nbkeys = b->nkeys;
+            b->fifo_bound = (uint32_t)b->nslots - 1u;
+            b->zipf_cdf = malloc(b->nkeys * sizeof(double));
+            if (b->zipf_cdf == NULL)
+                return -1;
+            double sum = 0;
+            for (uint64_t i = 0; i < b->nkeys; i++) {
+                sum += 1.0 / pow((double)(i + 1), b->zipf_s);
+                b->zipf_cdf[i] = sum;
+            }
+            for (uint64_t i = 0; i < b->nkeys; i++)
+                b->zipf_cdf[i] /= sum;
+            b->zipf_cdf[b->nkeys - 1] = 1.0;
+            break;
+        case SC_FAILOVER:
+            b->nbkeys = b->nkeys;
+            b->fifo_bound = 0; /* waiters die with the old leader: not judged */
+            break;
+        case SC_MEMORY:
+            b->nbkeys = 0;
+            b->fifo_bound = 0;
+            break;
     }
     b->fifo_check = b->drv->fifo && b->fifo_probe && b->drv->probe && b->fifo_bound > 0;
     if (b->nbkeys > 0) {
@@ -104,21 +104,21 @@ size_t bench_key_name(struct bench *b, struct slot *s, char *buf)
 {
     int n = 0;
     switch (b->scenario) {
-    case SC_UNCONTENDED:
-        n = snprintf(buf, BENCH_KEY_MAX, "%su%u.%u", b->prefix, s->global, s->key_gen);
-        break;
-    case SC_HOTKEY:
-        n = snprintf(buf, BENCH_KEY_MAX, "%shot", b->prefix);
-        break;
-    case SC_TICKETDROP:
-        n = snprintf(buf, BENCH_KEY_MAX, "%sseat%llu", b->prefix, (unsigned long long)s->key);
-        break;
-    case SC_FAILOVER:
-        n = snprintf(buf, BENCH_KEY_MAX, "%sf%llu", b->prefix, (unsigned long long)s->key);
-        break;
-    case SC_MEMORY:
-        n = snprintf(buf, BENCH_KEY_MAX, "%sm%llu", b->prefix, (unsigned long long)s->key);
-        break;
+        case SC_UNCONTENDED:
+            n = snprintf(buf, BENCH_KEY_MAX, "%su%u.%u", b->prefix, s->global, s->key_gen);
+            break;
+        case SC_HOTKEY:
+            n = snprintf(buf, BENCH_KEY_MAX, "%shot", b->prefix);
+            break;
+        case SC_TICKETDROP:
+            n = snprintf(buf, BENCH_KEY_MAX, "%sseat%llu", b->prefix, (unsigned long long)s->key);
+            break;
+        case SC_FAILOVER:
+            n = snprintf(buf, BENCH_KEY_MAX, "%sf%llu", b->prefix, (unsigned long long)s->key);
+            break;
+        case SC_MEMORY:
+            n = snprintf(buf, BENCH_KEY_MAX, "%sm%llu", b->prefix, (unsigned long long)s->key);
+            break;
     }
     TK_ASSERT(n > 0 && n < BENCH_KEY_MAX);
     return (size_t)n;
@@ -127,36 +127,36 @@ size_t bench_key_name(struct bench *b, struct slot *s, char *buf)
 size_t bench_key_next(struct bench *b, struct bthread *t, struct slot *s, char *buf)
 {
     switch (b->scenario) {
-    case SC_UNCONTENDED:
-        s->key = s->global;
-        s->bkey = s->global;
-        break;
-    case SC_HOTKEY:
-        s->key = 0;
-        s->bkey = 0;
-        break;
-    case SC_TICKETDROP:
-        s->key = zipf_sample(b, t);
-        s->bkey = (uint32_t)s->key;
-        break;
-    case SC_FAILOVER:
-        s->key = bench_rand(t) % b->nkeys;
-        s->bkey = (uint32_t)s->key;
-        break;
-    case SC_MEMORY:
-        s->bkey = NO_KEY;
-        if (b->mem_waiters > 0) {
-            /* One queued acquire per slot, spread over the held keys. */
-            if (s->seq > 0 || s->global >= b->mem_waiters)
-                return 0;
-            s->key = s->global % b->mem_waiter_keys;
-        } else {
-            /* The n-th acquire of slot g takes key g + n * slots. */
-            s->key = s->global + s->seq * b->nslots;
-            if (s->key >= b->mem_keys)
-                return 0;
-        }
-        break;
+        case SC_UNCONTENDED:
+            s->key = s->global;
+            s->bkey = s->global;
+            break;
+        case SC_HOTKEY:
+            s->key = 0;
+            s->bkey = 0;
+            break;
+        case SC_TICKETDROP:
+            s->key = zipf_sample(b, t);
+            s->bkey = (uint32_t)s->key;
+            break;
+        case SC_FAILOVER:
+            s->key = bench_rand(t) % b->nkeys;
+            s->bkey = (uint32_t)s->key;
+            break;
+        case SC_MEMORY:
+            s->bkey = NO_KEY;
+            if (b->mem_waiters > 0) {
+                /* One queued acquire per slot, spread over the held keys. */
+                if (s->seq > 0 || s->global >= b->mem_waiters)
+                    return 0;
+                s->key = s->global % b->mem_waiter_keys;
+            } else {
+                /* The n-th acquire of slot g takes key g + n * slots. */
+                s->key = s->global + s->seq * b->nslots;
+                if (s->key >= b->mem_keys)
+                    return 0;
+            }
+            break;
     }
     return bench_key_name(b, s, buf);
 }
@@ -211,7 +211,8 @@ void bench_check_grant(struct bench *b, struct bthread *t, struct slot *s, uint6
     uint64_t bypass = g - s->grants_at_send;
     if (twice) {
         t->cnt.double_holder++;
-        fprintf(stderr, "ticketing-bench: SAFETY: key #%u granted to slot %u while slot %u holds it\n",
+        fprintf(stderr,
+                "ticketing-bench: SAFETY: key #%u granted to slot %u while slot %u holds it\n",
                 s->bkey, s->global, other);
     }
     if (order) {
@@ -226,9 +227,10 @@ void bench_check_grant(struct bench *b, struct bthread *t, struct slot *s, uint6
             t->cnt.bypass_max = bypass;
         if (b->fifo_check && s->probed && bypass > b->fifo_bound) {
             t->cnt.fifo_bypass++;
-            fprintf(stderr, "ticketing-bench: FIFO: slot %u saw %llu grants to others on key #%u "
-                    "after its acquire arrived (bound %u)\n", s->global,
-                    (unsigned long long)bypass, s->bkey, b->fifo_bound);
+            fprintf(stderr,
+                    "ticketing-bench: FIFO: slot %u saw %llu grants to others on key #%u "
+                    "after its acquire arrived (bound %u)\n",
+                    s->global, (unsigned long long)bypass, s->bkey, b->fifo_bound);
         }
     }
 }

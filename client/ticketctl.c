@@ -149,10 +149,9 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
 
 static bool flag_takes_value(const char *name)
 {
-    static const char *const with[] = {"--addr",    "--secret-file", "--peer-secret-file",
-                                       "--owner",   "--token",       "--count",
-                                       "--lease",   "--wait",        "--timeout",
-                                       "--grace"};
+    static const char *const with[] = {
+        "--addr",  "--secret-file", "--peer-secret-file", "--owner", "--token", "--count",
+        "--lease", "--wait",        "--timeout",          "--grace"};
     for (size_t i = 0; i < sizeof with / sizeof with[0]; i++)
         if (!strcmp(name, with[i]))
             return true;
@@ -564,8 +563,8 @@ static int check_needs(const struct ctl_opts *o)
 
 int main(int argc, char **argv)
 {
-    static const char *const cmds[] = {"run",    "acquire", "release", "query",
-                                       "ping",   "status",  "members", "remove-member"};
+    static const char *const cmds[] = {"run",  "acquire", "release", "query",
+                                       "ping", "status",  "members", "remove-member"};
     struct ctl_opts o = {
         .lease_ms = 30000, .wait_ms = 5000, .timeout_ms = 5000, .grace_ms = 2000, .count = 1};
     int rc = parse_args(&o, argc, argv);

@@ -58,8 +58,12 @@ int ctl_members(const struct ctl_opts *o);
  * Each /status read is bounded by read_ms, and all of them by deadline_us
  * (tk_client_now_us() time). Returns 0, CTL_EXIT_USAGE (a bad --addr, said
  * on stderr) or CTL_EXIT_UNAVAILABLE. */
-int ctl_find_leader(const struct ctl_opts *o, uint64_t read_ms, uint64_t deadline_us, char *id,
-                    char *peer_addr, size_t cap);
+int ctl_find_leader(const struct ctl_opts *o,
+                    uint64_t read_ms,
+                    uint64_t deadline_us,
+                    char *id,
+                    char *peer_addr,
+                    size_t cap);
 /* `ticketctl remove-member NODEID`: the exit code. */
 int ctl_remove_member(const struct ctl_opts *o);
 /* Splits "host:port" or "[v6]:port" (len bytes of a) into host and *port; false if malformed. */

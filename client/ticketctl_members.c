@@ -633,8 +633,11 @@ static void explain_no_leader(const struct view *v)
  * view in h->fallback if any answered. CTL_EXIT_USAGE in *rc on a
  * bad --addr: every address is checked before any is asked, so a typo is
  * a usage error whatever the network does. */
-static bool hunt_leader(struct hunt *h, const struct ctl_opts *o, uint64_t read_ms,
-                        uint64_t deadline_us, int *rc)
+static bool hunt_leader(struct hunt *h,
+                        const struct ctl_opts *o,
+                        uint64_t read_ms,
+                        uint64_t deadline_us,
+                        int *rc)
 {
     const char *p = o->addr;
     bool found = false;
@@ -670,8 +673,12 @@ static bool hunt_leader(struct hunt *h, const struct ctl_opts *o, uint64_t read_
     return found;
 }
 
-int ctl_find_leader(const struct ctl_opts *o, uint64_t read_ms, uint64_t deadline_us, char *id,
-                    char *peer_addr, size_t cap)
+int ctl_find_leader(const struct ctl_opts *o,
+                    uint64_t read_ms,
+                    uint64_t deadline_us,
+                    char *id,
+                    char *peer_addr,
+                    size_t cap)
 {
     static struct hunt h;
     int rc;

@@ -31,10 +31,10 @@
 #include "raft/wire.h"
 
 #define RETRY_PAUSE_MS 200
-#define HOPS_MAX 3          /* NOT_LEADER answers followed in a row */
+#define HOPS_MAX 3 /* NOT_LEADER answers followed in a row */
 #define ADDR_CAP 256
-#define LINE_MAX_LEN 512    /* a handshake line; ours are under 200 bytes */
-#define IN_CAP (64u << 10)  /* a JOIN_REPLY is under 300 bytes */
+#define LINE_MAX_LEN 512   /* a handshake line; ours are under 200 bytes */
+#define IN_CAP (64u << 10) /* a JOIN_REPLY is under 300 bytes */
 
 /* How one attempt (dial, handshake, REMOVE, answer) ended. */
 enum attempt {
@@ -123,8 +123,8 @@ static int dial(const struct rm *r, const char *host, unsigned port)
         int err = 0;
         socklen_t el = sizeof err;
         if ((connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) ||
-            poll(&p, 1, left_ms(r)) != 1 ||
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0) {
+            poll(&p, 1, left_ms(r)) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 ||
+            err != 0) {
             close(fd);
             fd = -1;
         }
@@ -244,8 +244,10 @@ static enum attempt handshake(struct rm *r, const char *addr)
         return n == -2 ? AT_BAD : AT_NO_CONN;
     }
     if (strncmp(line, "E ", 2) == 0) {
-        set_why(r, "%s: the peer secret was rejected (%s): is --peer-secret-file the cluster's "
-                   "peer secret (not the client secret)?", addr, line);
+        set_why(r,
+                "%s: the peer secret was rejected (%s): is --peer-secret-file the cluster's "
+                "peer secret (not the client secret)?",
+                addr, line);
         return AT_AUTH;
     }
     uint64_t node, dom[2];
@@ -305,8 +307,9 @@ static enum attempt answer(struct rm *r, const char *addr)
                             (unsigned long long)r->next_id, r->next[0] ? r->next : "unknown");
                     return AT_NOT_LEADER;
                 case TK_RAFT_JOIN_RETRY:
-                    set_why(r, "%s: the leader asks to retry: a membership change is in "
-                               "flight, or %s is the leader itself and hands leadership over",
+                    set_why(r,
+                            "%s: the leader asks to retry: a membership change is in "
+                            "flight, or %s is the leader itself and hands leadership over",
                             addr, r->id_text);
                     return AT_RETRY;
                 case TK_RAFT_JOIN_REFUSED:
@@ -418,15 +421,17 @@ static int remove_loop(struct rm *r)
             /* A quarter of --timeout per /status read (at least 250 ms): a
              * gone member among the --addr must not eat the whole budget. */
             uint64_t read_ms = r->o->timeout_ms / 4 > 250 ? r->o->timeout_ms / 4 : 250;
-            int rc = ctl_find_leader(r->o, read_ms, r->deadline_us, leader_id, target,
-                                     sizeof target);
+            int rc =
+                ctl_find_leader(r->o, read_ms, r->deadline_us, leader_id, target, sizeof target);
             if (rc == CTL_EXIT_USAGE)
                 return rc;
             hops = 0;
             if (rc != 0) {
                 target[0] = '\0';
-                set_why(r, "no leader found through --addr %s (their admin /status, client "
-                           "port + 2)", r->o->addr);
+                set_why(r,
+                        "no leader found through --addr %s (their admin /status, client "
+                        "port + 2)",
+                        r->o->addr);
             } else {
                 vlog(r, "the leader is %s, peer address %s", leader_id, target);
             }
@@ -442,14 +447,14 @@ static int remove_loop(struct rm *r)
                     snprintf(msg, sizeof msg,
                              "refused by the leader at %s: the member answered it within an "
                              "election timeout (it is alive: stop it for good first), or it is "
-                             "the last voter; nothing removed", target);
+                             "the last voter; nothing removed",
+                             target);
                     return finish(r, CTL_EXIT_INVALID, "refused", msg);
                 }
                 case AT_AUTH:
                     return finish(r, CTL_EXIT_FAIL, "auth", r->why);
                 case AT_NOT_LEADER:
-                    if (r->next[0] != '\0' && strcmp(r->next, target) != 0 &&
-                        hops < HOPS_MAX) {
+                    if (r->next[0] != '\0' && strcmp(r->next, target) != 0 && hops < HOPS_MAX) {
                         snprintf(target, sizeof target, "%s", r->next);
                         hops++;
                         pause = false;
@@ -492,9 +497,10 @@ int ctl_remove_member(const struct ctl_opts *o)
                              o->key);
     snprintf(r.id_text, sizeof r.id_text, "%016llx", (unsigned long long)r.id);
     if (o->peer_secret_file == NULL || o->peer_secret_file[0] == '\0')
-        return ctl_die_usage("%s", "no peer secret: --peer-secret-file PATH or "
-                                   "TICKETING_PEER_SECRET_FILE (the cluster's peer secret, "
-                                   "not the client secret)");
+        return ctl_die_usage("%s",
+                             "no peer secret: --peer-secret-file PATH or "
+                             "TICKETING_PEER_SECRET_FILE (the cluster's peer secret, "
+                             "not the client secret)");
     int rc = tk_auth_load_secret(o->peer_secret_file, r.secret, sizeof r.secret, &r.secret_len);
     if (rc != TK_OK)
         return ctl_die_usage("cannot use the peer secret file '%s' (readable, 16-4096 bytes?)",

@@ -9,10 +9,10 @@
 
 #include "core/tk.h"
 
-#define TK_AUTH_NONCE_LEN 32                 /* bytes */
-#define TK_AUTH_HEX_LEN 64                   /* hex chars of a nonce or a proof */
-#define TK_AUTH_SECRET_MIN 16                /* bytes */
-#define TK_AUTH_SECRET_MAX 4096              /* bytes */
+#define TK_AUTH_NONCE_LEN 32    /* bytes */
+#define TK_AUTH_HEX_LEN 64      /* hex chars of a nonce or a proof */
+#define TK_AUTH_SECRET_MIN 16   /* bytes */
+#define TK_AUTH_SECRET_MAX 4096 /* bytes */
 
 /* Writes 64 lowercase hex chars of a fresh 32-byte CSPRNG nonce and a NUL.
  * Returns TK_OK or TK_EIO if the RNG failed. */
@@ -27,14 +27,21 @@ int tk_auth_random(void *buf, size_t len);
  *   client: HMAC-SHA256(secret, "ticketing/1 client " snonce " " cnonce)
  *   server: HMAC-SHA256(secret, "ticketing/1 server " snonce " " cnonce)
  * snonce and cnonce are 64-char hex strings (not NUL-terminated needed). */
-void tk_auth_proof(const uint8_t *secret, size_t secret_len, bool server, const char *snonce,
-                   const char *cnonce, char out[TK_AUTH_HEX_LEN + 1]);
+void tk_auth_proof(const uint8_t *secret,
+                   size_t secret_len,
+                   bool server,
+                   const char *snonce,
+                   const char *cnonce,
+                   char out[TK_AUTH_HEX_LEN + 1]);
 
 /* HMAC-SHA256(key, msg) into out: the building block of tk_auth_proof(),
  * exported so that tests can check it against RFC 4231. Any key length
  * (keys over 64 bytes are hashed first, as RFC 2104 says). */
-#define TK_AUTH_MAC_LEN 32                   /* bytes */
-void tk_auth_hmac_sha256(const uint8_t *key, size_t key_len, const void *msg, size_t msg_len,
+#define TK_AUTH_MAC_LEN 32 /* bytes */
+void tk_auth_hmac_sha256(const uint8_t *key,
+                         size_t key_len,
+                         const void *msg,
+                         size_t msg_len,
                          uint8_t out[TK_AUTH_MAC_LEN]);
 
 /* Constant-time comparison of n bytes. */

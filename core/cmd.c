@@ -18,28 +18,28 @@ int tk_cmd_check(const struct tk_cmd *c)
     if (c->key_len < 1 || c->key_len > TK_KEY_LEN_MAX || !visible(c->key, c->key_len))
         return TK_EINVAL;
     switch (c->type) {
-    case TK_CMD_GRANT:
-    case TK_CMD_HANDOFF:
-        if (c->owner_len < 1 || c->owner_len > TK_OWNER_LEN_MAX)
+        case TK_CMD_GRANT:
+        case TK_CMD_HANDOFF:
+            if (c->owner_len < 1 || c->owner_len > TK_OWNER_LEN_MAX)
+                return TK_EINVAL;
+            if (!visible(c->owner, c->owner_len))
+                return TK_EINVAL;
+            if (c->lease_ms < TK_LEASE_MS_MIN || c->lease_ms > TK_LEASE_MS_MAX)
+                return TK_EINVAL;
+            if (c->type == TK_CMD_HANDOFF && c->old_token == 0)
+                return TK_EINVAL;
+            if (c->type == TK_CMD_GRANT && (c->old_token != 0 || c->expired))
+                return TK_EINVAL;
+            if (c->expired > 1)
+                return TK_EINVAL;
+            return TK_OK;
+        case TK_CMD_RELEASE:
+        case TK_CMD_EXPIRE:
+            if (c->owner_len != 0 || c->old_token == 0 || c->token != 0 || c->expired)
+                return TK_EINVAL;
+            return TK_OK;
+        default:
             return TK_EINVAL;
-        if (!visible(c->owner, c->owner_len))
-            return TK_EINVAL;
-        if (c->lease_ms < TK_LEASE_MS_MIN || c->lease_ms > TK_LEASE_MS_MAX)
-            return TK_EINVAL;
-        if (c->type == TK_CMD_HANDOFF && c->old_token == 0)
-            return TK_EINVAL;
-        if (c->type == TK_CMD_GRANT && (c->old_token != 0 || c->expired))
-            return TK_EINVAL;
-        if (c->expired > 1)
-            return TK_EINVAL;
-        return TK_OK;
-    case TK_CMD_RELEASE:
-    case TK_CMD_EXPIRE:
-        if (c->owner_len != 0 || c->old_token == 0 || c->token != 0 || c->expired)
-            return TK_EINVAL;
-        return TK_OK;
-    default:
-        return TK_EINVAL;
     }
 }
 

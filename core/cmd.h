@@ -21,13 +21,13 @@ enum tk_cmd_type {
 };
 
 struct tk_cmd {
-    uint8_t type;         /* enum tk_cmd_type */
-    uint8_t key_len;      /* 1..TK_KEY_LEN_MAX */
-    uint8_t owner_len;    /* GRANT/HANDOFF: the new holder, 1..TK_OWNER_LEN_MAX; else 0 */
-    uint8_t expired;      /* HANDOFF only: 1 if the old holder's lease ran out */
-    uint32_t lease_ms;    /* GRANT/HANDOFF */
-    uint64_t old_token;   /* RELEASE/EXPIRE/HANDOFF: token of the holder being removed */
-    uint64_t token;       /* GRANT/HANDOFF: the new token (0 until the Raft thread assigns it) */
+    uint8_t type;       /* enum tk_cmd_type */
+    uint8_t key_len;    /* 1..TK_KEY_LEN_MAX */
+    uint8_t owner_len;  /* GRANT/HANDOFF: the new holder, 1..TK_OWNER_LEN_MAX; else 0 */
+    uint8_t expired;    /* HANDOFF only: 1 if the old holder's lease ran out */
+    uint32_t lease_ms;  /* GRANT/HANDOFF */
+    uint64_t old_token; /* RELEASE/EXPIRE/HANDOFF: token of the holder being removed */
+    uint64_t token;     /* GRANT/HANDOFF: the new token (0 until the Raft thread assigns it) */
     char key[TK_KEY_LEN_MAX];
     char owner[TK_OWNER_LEN_MAX];
 };

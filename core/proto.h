@@ -11,9 +11,9 @@
 
 /* What the parser made of one line. */
 enum tk_parse_status {
-    TK_PARSE_OK = 0,      /* a valid request in *req */
-    TK_PARSE_REJECT,      /* answer "E <id> <reason>" and go on; req->id is valid */
-    TK_PARSE_FATAL,       /* answer "E - syntax" and close: no valid id */
+    TK_PARSE_OK = 0, /* a valid request in *req */
+    TK_PARSE_REJECT, /* answer "E <id> <reason>" and go on; req->id is valid */
+    TK_PARSE_FATAL,  /* answer "E - syntax" and close: no valid id */
 };
 
 /* The one-word reasons of E responses. */
@@ -33,15 +33,15 @@ enum tk_reason {
 const char *tk_reason_str(enum tk_reason r);
 
 struct tk_request {
-    char type;           /* 'A' 'R' 'Q' 'P' */
+    char type; /* 'A' 'R' 'Q' 'P' */
     uint64_t id;
-    const char *key;     /* A R Q */
+    const char *key; /* A R Q */
     size_t key_len;
-    const char *owner;   /* A R */
+    const char *owner; /* A R */
     size_t owner_len;
-    uint32_t lease_ms;   /* A */
-    uint32_t wait_ms;    /* A */
-    uint64_t token;      /* R */
+    uint32_t lease_ms;     /* A */
+    uint32_t wait_ms;      /* A */
+    uint64_t token;        /* R */
     enum tk_reason reason; /* TK_PARSE_REJECT / TK_PARSE_FATAL */
 };
 
@@ -79,14 +79,14 @@ bool tk_proto_parse_u64(const char *s, size_t len, uint64_t *out);
 
 /* A response as the client library sees it. */
 struct tk_response {
-    char type;           /* 'G' 'T' 'B' 'R' 'N' 'Q' 'P' 'E' 'M' */
-    bool has_id;         /* false for "E -" and M */
+    char type;   /* 'G' 'T' 'B' 'R' 'N' 'Q' 'P' 'E' 'M' */
+    bool has_id; /* false for "E -" and M */
     uint64_t id;
-    uint64_t token;      /* G; Q */
-    uint32_t waiters;    /* Q */
-    const char *owner;   /* Q: NULL when free ("- 0 0"); an owner may be "-" itself */
+    uint64_t token;    /* G; Q */
+    uint32_t waiters;  /* Q */
+    const char *owner; /* Q: NULL when free ("- 0 0"); an owner may be "-" itself */
     size_t owner_len;
-    const char *text;    /* E: reason word; M: "host:port" or NULL for "-" */
+    const char *text; /* E: reason word; M: "host:port" or NULL for "-" */
     size_t text_len;
     enum tk_reason reason; /* E: the reason word, TK_REASON_NONE if unknown */
 };
@@ -103,19 +103,36 @@ bool tk_proto_parse_response(const char *line, size_t len, struct tk_response *r
 
 /* Formatting. Each writes one complete line with its "\n" into buf and
  * returns its length, or 0 if cap is too small. */
-size_t tk_proto_fmt_id(char *buf, size_t cap, char type, uint64_t id);          /* T B R N P */
-size_t tk_proto_fmt_grant(char *buf, size_t cap, uint64_t id, uint64_t token);   /* G */
-size_t tk_proto_fmt_query(char *buf, size_t cap, uint64_t id, const char *owner, size_t owner_len,
-                          uint64_t token, uint32_t waiters); /* Q; owner NULL = free */
+size_t tk_proto_fmt_id(char *buf, size_t cap, char type, uint64_t id);         /* T B R N P */
+size_t tk_proto_fmt_grant(char *buf, size_t cap, uint64_t id, uint64_t token); /* G */
+size_t tk_proto_fmt_query(char *buf,
+                          size_t cap,
+                          uint64_t id,
+                          const char *owner,
+                          size_t owner_len,
+                          uint64_t token,
+                          uint32_t waiters); /* Q; owner NULL = free */
 size_t tk_proto_fmt_error(char *buf, size_t cap, bool has_id, uint64_t id, enum tk_reason r);
 size_t tk_proto_fmt_moved(char *buf, size_t cap, const char *addr); /* addr NULL = "-" */
 
 /* Request lines, for the client. Fields must already be valid. */
-size_t tk_proto_fmt_acquire(char *buf, size_t cap, uint64_t id, const char *key, size_t key_len,
-                            const char *owner, size_t owner_len, uint32_t lease_ms,
+size_t tk_proto_fmt_acquire(char *buf,
+                            size_t cap,
+                            uint64_t id,
+                            const char *key,
+                            size_t key_len,
+                            const char *owner,
+                            size_t owner_len,
+                            uint32_t lease_ms,
                             uint32_t wait_ms);
-size_t tk_proto_fmt_release(char *buf, size_t cap, uint64_t id, const char *key, size_t key_len,
-                            const char *owner, size_t owner_len, uint64_t token);
+size_t tk_proto_fmt_release(char *buf,
+                            size_t cap,
+                            uint64_t id,
+                            const char *key,
+                            size_t key_len,
+                            const char *owner,
+                            size_t owner_len,
+                            uint64_t token);
 size_t tk_proto_fmt_qreq(char *buf, size_t cap, uint64_t id, const char *key, size_t key_len);
 size_t tk_proto_fmt_ping(char *buf, size_t cap, uint64_t id);
 
@@ -124,13 +141,19 @@ size_t tk_proto_fmt_ping(char *buf, size_t cap, uint64_t id);
  * point into line. */
 bool tk_proto_parse_banner(const char *line, size_t len, bool peer, const char **snonce);
 bool tk_proto_parse_auth(const char *line, size_t len, const char **cnonce, const char **cproof);
-bool tk_proto_parse_ok(const char *line, size_t len, const char **sproof, uint64_t *node_id,
+bool tk_proto_parse_ok(const char *line,
+                       size_t len,
+                       const char **sproof,
+                       uint64_t *node_id,
                        uint64_t domain[2]);
 size_t tk_proto_fmt_banner(char *buf, size_t cap, bool peer, const char *snonce);
 size_t tk_proto_fmt_auth(char *buf, size_t cap, const char *cnonce, const char *cproof);
 /* node-id as 16 hex chars; domain as 32 hex chars: domain[1] then domain[0],
  * each as 16 hex digits (big-endian text of the 128-bit value). */
-size_t tk_proto_fmt_ok(char *buf, size_t cap, const char *sproof, uint64_t node_id,
+size_t tk_proto_fmt_ok(char *buf,
+                       size_t cap,
+                       const char *sproof,
+                       uint64_t node_id,
                        const uint64_t domain[2]);
 
 /* Writes a u64 in decimal; returns digits written (at most 20). */

@@ -46,7 +46,9 @@ struct snap_keys {
 };
 
 /* Adds the key of the record at `at`; false if the index already has it. */
-static bool snap_keys_add(struct snap_keys *k, const uint8_t *blob, size_t at,
+static bool snap_keys_add(struct snap_keys *k,
+                          const uint8_t *blob,
+                          size_t at,
                           const struct tk_cmd *c)
 {
     size_t h = (size_t)tk_hash(c->key, c->key_len) & k->mask;
@@ -60,7 +62,10 @@ static bool snap_keys_add(struct snap_keys *k, const uint8_t *blob, size_t at,
     return true;
 }
 
-int tk_snap_check(const uint8_t *blob, size_t len, uint64_t token_next, uint64_t *count,
+int tk_snap_check(const uint8_t *blob,
+                  size_t len,
+                  uint64_t token_next,
+                  uint64_t *count,
                   const char **why)
 {
     const char *ignored;

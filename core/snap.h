@@ -43,7 +43,10 @@ int tk_snap_next(const uint8_t *blob, size_t len, size_t *pos, struct tk_cmd *ou
  * count in *count (may be NULL). Returns TK_OK, TK_EPROTO with *why (may be
  * NULL) set to a static phrase naming the first problem, or TK_ENOMEM if the
  * key index could not be allocated (*why says so too). */
-int tk_snap_check(const uint8_t *blob, size_t len, uint64_t token_next, uint64_t *count,
+int tk_snap_check(const uint8_t *blob,
+                  size_t len,
+                  uint64_t token_next,
+                  uint64_t *count,
                   const char **why);
 
 #endif

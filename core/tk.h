@@ -20,9 +20,9 @@
 /* Crashes with file and line. Assertions stay on in release builds: a
  * corrupt lock table must crash, never grant a key twice. */
 _Noreturn void tk_panic(const char *file, int line, const char *what);
-#define TK_ASSERT(x) \
-    do { \
-        if (TK_UNLIKELY(!(x))) \
+#define TK_ASSERT(x)                          \
+    do {                                      \
+        if (TK_UNLIKELY(!(x)))                \
             tk_panic(__FILE__, __LINE__, #x); \
     } while (0)
 #ifdef TK_DEBUG
@@ -33,17 +33,17 @@ _Noreturn void tk_panic(const char *file, int line, const char *what);
 
 /* Failure codes (0 = ok). Expected outcomes such as BUSY or TIMEOUT are not
  * failures and live in the enums of their modules. */
-#define TK_ERR_MAP(X) \
-    X(TK_OK, "ok") \
-    X(TK_ENOMEM, "out of memory") \
+#define TK_ERR_MAP(X)                             \
+    X(TK_OK, "ok")                                \
+    X(TK_ENOMEM, "out of memory")                 \
     X(TK_EFULL, "bounded queue or table is full") \
-    X(TK_EINVAL, "invalid argument") \
-    X(TK_EIO, "input/output error") \
-    X(TK_ECLOSED, "connection closed") \
-    X(TK_EAUTH, "authentication failed") \
-    X(TK_EPROTO, "protocol violation") \
-    X(TK_ETIMEDOUT, "timed out") \
-    X(TK_ENOTLEADER, "not the leader") \
+    X(TK_EINVAL, "invalid argument")              \
+    X(TK_EIO, "input/output error")               \
+    X(TK_ECLOSED, "connection closed")            \
+    X(TK_EAUTH, "authentication failed")          \
+    X(TK_EPROTO, "protocol violation")            \
+    X(TK_ETIMEDOUT, "timed out")                  \
+    X(TK_ENOTLEADER, "not the leader")            \
     X(TK_EUNSUPPORTED, "unsupported by this kernel or build")
 #define TK_ERR_ENUM(name, msg) name,
 enum tk_err { TK_ERR_MAP(TK_ERR_ENUM) TK_ERR_COUNT };

@@ -51,12 +51,12 @@ static size_t render_metrics(struct tk_server *s, char *buf, size_t cap)
     size_t off = 0;
     for (int i = 0; i < TK_WSTAT_COUNT && off < cap; i++) {
         const char *suffix = strcmp(wstat_types[i], "counter") == 0 ? "_total" : "";
-        int n = snprintf(buf + off, cap - off,
-                         "# HELP ticketing_%s%s %s.\n# TYPE ticketing_%s%s %s\n"
-                         "ticketing_%s%s %llu\n",
-                         wstat_names[i], suffix, wstat_help[i], wstat_names[i], suffix,
-                         wstat_types[i], wstat_names[i], suffix,
-                         (unsigned long long)wstat_sum(s, i));
+        int n =
+            snprintf(buf + off, cap - off,
+                     "# HELP ticketing_%s%s %s.\n# TYPE ticketing_%s%s %s\n"
+                     "ticketing_%s%s %llu\n",
+                     wstat_names[i], suffix, wstat_help[i], wstat_names[i], suffix, wstat_types[i],
+                     wstat_names[i], suffix, (unsigned long long)wstat_sum(s, i));
         if (n < 0)
             break;
         off += (size_t)n;
@@ -81,8 +81,8 @@ static size_t render_metrics(struct tk_server *s, char *buf, size_t cap)
                          "handshake.\n"
                          "# TYPE ticketing_handshake_seconds_max gauge\n"
                          "ticketing_handshake_seconds_max %g\n",
-                         s->opt.max_connections, s->opt.max_inflight,
-                         s->opt.max_waiters_per_key, (unsigned long long)s->opt.max_waiters,
+                         s->opt.max_connections, s->opt.max_inflight, s->opt.max_waiters_per_key,
+                         (unsigned long long)s->opt.max_waiters,
                          (unsigned long long)s->opt.max_keys, s->opt.handshake_ms / 1000.0);
         if (n > 0)
             off += (size_t)n;
@@ -118,18 +118,18 @@ static bool stalled(struct tk_server *s, char *why, size_t cap)
 
 static size_t render_status(struct tk_server *s, char *buf, size_t cap)
 {
-    int n = snprintf(
-        buf, cap,
-        "{\"node_id\":\"%016llx\",\"domain\":\"%016llx%016llx\",\"advertise\":\"%s\","
-        "\"workers\":%u,\"connections\":%llu,\"keys\":%llu,\"held\":%llu,\"waiters\":%llu,"
-        "\"grants\":%llu,",
-        (unsigned long long)s->node_id, (unsigned long long)atomic_load(&s->domain_hi),
-        (unsigned long long)atomic_load(&s->domain_lo), s->advertise, s->nworkers,
-        (unsigned long long)wstat_sum(s, TK_WSTAT_conns_open),
-        (unsigned long long)wstat_sum(s, TK_WSTAT_keys),
-        (unsigned long long)wstat_sum(s, TK_WSTAT_held),
-        (unsigned long long)wstat_sum(s, TK_WSTAT_waiters),
-        (unsigned long long)wstat_sum(s, TK_WSTAT_grants));
+    int n =
+        snprintf(buf, cap,
+                 "{\"node_id\":\"%016llx\",\"domain\":\"%016llx%016llx\",\"advertise\":\"%s\","
+                 "\"workers\":%u,\"connections\":%llu,\"keys\":%llu,\"held\":%llu,\"waiters\":%llu,"
+                 "\"grants\":%llu,",
+                 (unsigned long long)s->node_id, (unsigned long long)atomic_load(&s->domain_hi),
+                 (unsigned long long)atomic_load(&s->domain_lo), s->advertise, s->nworkers,
+                 (unsigned long long)wstat_sum(s, TK_WSTAT_conns_open),
+                 (unsigned long long)wstat_sum(s, TK_WSTAT_keys),
+                 (unsigned long long)wstat_sum(s, TK_WSTAT_held),
+                 (unsigned long long)wstat_sum(s, TK_WSTAT_waiters),
+                 (unsigned long long)wstat_sum(s, TK_WSTAT_grants));
     if (n < 0 || (size_t)n >= cap)
         return 0;
     size_t off = (size_t)n;
@@ -163,10 +163,11 @@ static bool head_only;
 static void respond(int fd, int code, const char *ctype, const char *body, size_t len)
 {
     char head[256];
-    const char *reason = code == 200 ? "OK" : code == 404 ? "Not Found"
-                                          : code == 405 ? "Method Not Allowed"
-                                          : code == 503 ? "Service Unavailable"
-                                                        : "Bad Request";
+    const char *reason = code == 200   ? "OK"
+                         : code == 404 ? "Not Found"
+                         : code == 405 ? "Method Not Allowed"
+                         : code == 503 ? "Service Unavailable"
+                                       : "Bad Request";
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                      "Connection: close\r\n\r\n",

@@ -15,7 +15,7 @@ struct opt {
     const char *name; /* flag without "--"; env is TICKETING_ + upper(name) */
     enum opt_kind kind;
     size_t off;
-    size_t size;      /* strings: buffer size */
+    size_t size; /* strings: buffer size */
     uint64_t min, max;
     const char *help;
 };
@@ -90,8 +90,12 @@ static void defaults(struct tk_options *o)
     o->handshake_ms = 5000;
 }
 
-static int set(struct tk_options *o, const struct opt *op, const char *val, const char *src,
-               char *err, size_t errlen)
+static int set(struct tk_options *o,
+               const struct opt *op,
+               const char *val,
+               const char *src,
+               char *err,
+               size_t errlen)
 {
     char *base = (char *)o + op->off;
     if (op->kind == OPT_STR) {
@@ -130,9 +134,10 @@ static int set(struct tk_options *o, const struct opt *op, const char *val, cons
 
 static void usage(void)
 {
-    printf("usage: ticketingd [options]\n\n"
-           "Every option can also be set by its environment variable, e.g. --peer-port\n"
-           "as TICKETING_PEER_PORT; flags win over the environment.\n\n");
+    printf(
+        "usage: ticketingd [options]\n\n"
+        "Every option can also be set by its environment variable, e.g. --peer-port\n"
+        "as TICKETING_PEER_PORT; flags win over the environment.\n\n");
     for (size_t i = 0; i < TK_ARRAY_LEN(opts); i++)
         printf("  --%-22s %s\n", opts[i].name, opts[i].help);
 }

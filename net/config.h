@@ -21,9 +21,9 @@ struct tk_options {
     char tls_cert[TK_PATH_MAX];
     char tls_key[TK_PATH_MAX];
     char tls_ca[TK_PATH_MAX];
-    uint32_t threads;            /* 0: number of cores */
+    uint32_t threads; /* 0: number of cores */
     uint32_t heartbeat_ms;
-    uint32_t election_ms;        /* lower bound; the timeout is drawn in [ms, ms + 100] */
+    uint32_t election_ms; /* lower bound; the timeout is drawn in [ms, ms + 100] */
     bool force_new_domain;
     bool same_secrets_ok;        /* allow one secret for clients and peers */
     uint32_t new_domain_hold_ms; /* a forced domain serves nothing this long */
@@ -31,8 +31,8 @@ struct tk_options {
 
     /* Bounds (SPEC 14). */
     uint32_t max_connections;
-    uint32_t max_handshakes;     /* connections not yet authenticated */
-    uint32_t max_inflight;       /* per connection */
+    uint32_t max_handshakes; /* connections not yet authenticated */
+    uint32_t max_inflight;   /* per connection */
     uint32_t max_waiters_per_key;
     uint64_t max_waiters;
     uint64_t max_keys;

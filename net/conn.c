@@ -12,8 +12,8 @@
  */
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,22 +310,22 @@ void conn_deliver(struct tk_worker *w, const struct tk_lock_reply *r)
     char line[160];
     size_t n;
     switch (r->type) {
-    case 'G':
-        n = tk_proto_fmt_grant(line, sizeof(line), r->id, r->token);
-        w->stat[TK_WSTAT_res_granted]++;
-        break;
-    case 'Q':
-        n = tk_proto_fmt_query(line, sizeof(line), r->id, r->owner, r->owner_len, r->token,
-                               r->waiters);
-        w->stat[TK_WSTAT_res_query]++;
-        break;
-    default:
-        n = tk_proto_fmt_id(line, sizeof(line), r->type, r->id);
-        w->stat[r->type == 'T'   ? TK_WSTAT_res_timeout
-                : r->type == 'B' ? TK_WSTAT_res_busy
-                : r->type == 'R' ? TK_WSTAT_res_released
-                                 : TK_WSTAT_res_not_held]++;
-        break;
+        case 'G':
+            n = tk_proto_fmt_grant(line, sizeof(line), r->id, r->token);
+            w->stat[TK_WSTAT_res_granted]++;
+            break;
+        case 'Q':
+            n = tk_proto_fmt_query(line, sizeof(line), r->id, r->owner, r->owner_len, r->token,
+                                   r->waiters);
+            w->stat[TK_WSTAT_res_query]++;
+            break;
+        default:
+            n = tk_proto_fmt_id(line, sizeof(line), r->type, r->id);
+            w->stat[r->type == 'T'   ? TK_WSTAT_res_timeout
+                    : r->type == 'B' ? TK_WSTAT_res_busy
+                    : r->type == 'R' ? TK_WSTAT_res_released
+                                     : TK_WSTAT_res_not_held]++;
+            break;
     }
     TK_ASSERT(n > 0);
     TK_ASSERT(c->inflight > 0);
@@ -358,7 +358,7 @@ static void handle_request_line(struct tk_worker *w, struct conn *c, const char 
         conn_stream_out(w, c, out, n);
         return;
     }
-    w->stat[req.type == 'A' ? TK_WSTAT_req_acquire
+    w->stat[req.type == 'A'   ? TK_WSTAT_req_acquire
             : req.type == 'R' ? TK_WSTAT_req_release
                               : TK_WSTAT_req_query]++;
     struct tk_lock_req lr = {
@@ -451,8 +451,8 @@ static void conn_parse(struct tk_worker *w, struct conn *c)
  * cancelled recv has fully completed. */
 static void conn_rearm(struct tk_worker *w, struct conn *c)
 {
-    if (c->state == CONN_READY && c->recv_stopped && c->in.len < IN_PAUSE_BYTES &&
-        !c->recv_armed && !c->cancel_inflight && !conn_paused(w, c)) {
+    if (c->state == CONN_READY && c->recv_stopped && c->in.len < IN_PAUSE_BYTES && !c->recv_armed &&
+        !c->cancel_inflight && !conn_paused(w, c)) {
         c->recv_stopped = false;
         arm_recv(w, c);
     }

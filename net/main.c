@@ -36,8 +36,7 @@ static uint64_t random_node_id(void)
 /* Reads a secret file, naming the real error; warns when the file is
  * readable by group or others (Kubernetes mounts secrets 0644 unless told
  * otherwise: defaultMode 0400 is the fix). Returns 0 or -1 (logged). */
-static int load_secret(const char *what, const char *path, uint8_t *buf, size_t cap,
-                       size_t *len)
+static int load_secret(const char *what, const char *path, uint8_t *buf, size_t cap, size_t *len)
 {
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -59,8 +58,10 @@ static int load_secret(const char *what, const char *path, uint8_t *buf, size_t 
         return -1;
     }
     if (st.st_mode & (S_IRWXG | S_IRWXO))
-        tk_log(TK_LOG_WARN, "%s secret %s is readable by group or others (mode %03o); "
-                            "chmod 600 it", what, path, (unsigned)(st.st_mode & 0777));
+        tk_log(TK_LOG_WARN,
+               "%s secret %s is readable by group or others (mode %03o); "
+               "chmod 600 it",
+               what, path, (unsigned)(st.st_mode & 0777));
     return 0;
 }
 
@@ -78,8 +79,10 @@ static int setup(struct tk_server *s, int argc, char **argv)
     tk_log_init((int)s->opt.log_level, s->node_id);
     int npeers = count_peers(s->opt.peers);
     if (npeers != 0 && npeers != 3 && npeers != 5) {
-        tk_log(TK_LOG_ERROR, "--peers lists %d members; a cluster has exactly 3 or 5 "
-                             "(an even count adds cost without fault tolerance)", npeers);
+        tk_log(TK_LOG_ERROR,
+               "--peers lists %d members; a cluster has exactly 3 or 5 "
+               "(an even count adds cost without fault tolerance)",
+               npeers);
         return 2;
     }
     if (npeers != 0 && !s->opt.peer_secret_file[0]) {
@@ -90,25 +93,27 @@ static int setup(struct tk_server *s, int argc, char **argv)
         tk_log(TK_LOG_ERROR, "TLS (--tls-cert/--tls-key/--tls-ca) is not built yet");
         return 2;
     }
-    if (load_secret("client", s->opt.client_secret_file, s->client_secret,
-                    sizeof(s->client_secret), &s->client_secret_len) != 0)
+    if (load_secret("client", s->opt.client_secret_file, s->client_secret, sizeof(s->client_secret),
+                    &s->client_secret_len) != 0)
         return 2;
     if (s->opt.peer_secret_file[0]) {
-        if (load_secret("peer", s->opt.peer_secret_file, s->peer_secret,
-                        sizeof(s->peer_secret), &s->peer_secret_len) != 0)
+        if (load_secret("peer", s->opt.peer_secret_file, s->peer_secret, sizeof(s->peer_secret),
+                        &s->peer_secret_len) != 0)
             return 2;
         /* With one secret for both, any client could authenticate on the
          * peer port and speak Raft. */
         if (s->peer_secret_len == s->client_secret_len &&
             tk_auth_equal(s->peer_secret, s->client_secret, s->peer_secret_len)) {
             if (!s->opt.same_secrets_ok) {
-                tk_log(TK_LOG_ERROR, "the client and peer secrets are the same: any client "
-                                     "could act as a cluster member; use two secrets (or "
-                                     "--allow-same-secrets)");
+                tk_log(TK_LOG_ERROR,
+                       "the client and peer secrets are the same: any client "
+                       "could act as a cluster member; use two secrets (or "
+                       "--allow-same-secrets)");
                 return 2;
             }
-            tk_log(TK_LOG_WARN, "the client and peer secrets are the same "
-                                "(--allow-same-secrets): any client can act as a peer");
+            tk_log(TK_LOG_WARN,
+                   "the client and peer secrets are the same "
+                   "(--allow-same-secrets): any client can act as a peer");
         }
     }
     if (s->opt.advertise[0]) {

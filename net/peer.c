@@ -17,11 +17,11 @@
 #include "core/auth.h"
 #include "core/proto.h"
 
-#define LINKS_MAX 64                  /* outbound + inbound links */
-#define UNAUTH_MAX 16                 /* inbound links still in their handshake */
+#define LINKS_MAX 64  /* outbound + inbound links */
+#define UNAUTH_MAX 16 /* inbound links still in their handshake */
 #define RECV_CHUNK (256u << 10)
 #define IN_CAP_MAX (TK_WIRE_FRAME_MAX + TK_WIRE_LENGTH_LEN + RECV_CHUNK)
-#define OUT_MAX (64u << 20)           /* queued bytes per link before it is cut */
+#define OUT_MAX (64u << 20) /* queued bytes per link before it is cut */
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_US 100000u
 #define BACKOFF_MAX_US 1000000u
@@ -42,8 +42,8 @@ struct tk_plink {
     size_t in_len, in_cap;
     uint8_t *out, *snd;
     size_t out_len, out_cap, snd_len, snd_off, snd_cap;
-    uint64_t deadline_us;   /* handshake deadline */
-    uint64_t retry_at_us;   /* outbound idle: next dial */
+    uint64_t deadline_us; /* handshake deadline */
+    uint64_t retry_at_us; /* outbound idle: next dial */
     uint64_t backoff_us;
     struct sockaddr_storage sa;
     socklen_t salen;
@@ -194,8 +194,8 @@ static int resolve(struct tk_plink *l)
     uint32_t port;
     if (tk_addr_split(l->addr, host, sizeof(host), &port) != TK_OK)
         return TK_EINVAL;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char portstr[16];
     snprintf(portstr, sizeof(portstr), "%u", port);
@@ -498,57 +498,57 @@ static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
         TK_ASSERT(l != NULL);
     }
     switch (op) {
-    case POP_ACCEPT:
-        if (cqe->res >= 0)
-            on_accept(p, cqe->res);
-        tk_accept_done(&p->accept, cqe->res, cqe->flags & IORING_CQE_F_MORE, tk_now_us(),
-                       "peer port");
-        break;
-    case POP_CONNECT:
-        l->connect_inflight = false;
-        if (l->state != L_CONNECTING) {
-            link_finish_close(p, l);
-        } else if (cqe->res < 0) {
-            l->state = L_CLOSING;
-            link_finish_close(p, l);
-        } else {
-            l->state = L_BANNER;
-            arm_recv(p, l);
-        }
-        break;
-    case POP_RECV:
-        l->recv_inflight = false;
-        if (cqe->res <= 0 || l->state == L_CLOSING) {
-            tk_plink_close(p, l);
+        case POP_ACCEPT:
+            if (cqe->res >= 0)
+                on_accept(p, cqe->res);
+            tk_accept_done(&p->accept, cqe->res, cqe->flags & IORING_CQE_F_MORE, tk_now_us(),
+                           "peer port");
+            break;
+        case POP_CONNECT:
+            l->connect_inflight = false;
+            if (l->state != L_CONNECTING) {
+                link_finish_close(p, l);
+            } else if (cqe->res < 0) {
+                l->state = L_CLOSING;
+                link_finish_close(p, l);
+            } else {
+                l->state = L_BANNER;
+                arm_recv(p, l);
+            }
+            break;
+        case POP_RECV:
+            l->recv_inflight = false;
+            if (cqe->res <= 0 || l->state == L_CLOSING) {
+                tk_plink_close(p, l);
+                link_finish_close(p, l);
+                break;
+            }
+            l->in_len += (size_t)cqe->res;
+            p->st.bytes_in += (uint64_t)cqe->res;
+            link_input(p, l);
+            if (l->state != L_CLOSING)
+                arm_recv(p, l);
+            else
+                link_finish_close(p, l);
+            break;
+        case POP_SEND:
+            l->send_inflight = false;
+            if (cqe->res < 0) {
+                tk_plink_close(p, l);
+                link_finish_close(p, l);
+                break;
+            }
+            l->snd_off += (size_t)cqe->res;
+            p->st.bytes_out += (uint64_t)cqe->res;
+            if (l->snd_off == l->snd_len)
+                l->snd_len = l->snd_off = 0;
             link_finish_close(p, l);
             break;
-        }
-        l->in_len += (size_t)cqe->res;
-        p->st.bytes_in += (uint64_t)cqe->res;
-        link_input(p, l);
-        if (l->state != L_CLOSING)
-            arm_recv(p, l);
-        else
-            link_finish_close(p, l);
-        break;
-    case POP_SEND:
-        l->send_inflight = false;
-        if (cqe->res < 0) {
-            tk_plink_close(p, l);
-            link_finish_close(p, l);
+        case POP_WAKE:
+            arm_wake(p);
             break;
-        }
-        l->snd_off += (size_t)cqe->res;
-        p->st.bytes_out += (uint64_t)cqe->res;
-        if (l->snd_off == l->snd_len)
-            l->snd_len = l->snd_off = 0;
-        link_finish_close(p, l);
-        break;
-    case POP_WAKE:
-        arm_wake(p);
-        break;
-    default:
-        break; /* link timeouts and cancels need nothing */
+        default:
+            break; /* link timeouts and cancels need nothing */
     }
 }
 
@@ -569,8 +569,7 @@ static void flush_link(struct tk_peers *p, struct tk_plink *l)
     }
     if (l->snd_len > l->snd_off) {
         struct io_uring_sqe *sqe = sqe_get(p);
-        io_uring_prep_send(sqe, l->fd, l->snd + l->snd_off, l->snd_len - l->snd_off,
-                           MSG_NOSIGNAL);
+        io_uring_prep_send(sqe, l->fd, l->snd + l->snd_off, l->snd_len - l->snd_off, MSG_NOSIGNAL);
         io_uring_sqe_set_data64(sqe, pud(POP_SEND, l->slot, l->gen));
         l->send_inflight = true;
     }
@@ -612,7 +611,9 @@ unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
     return n;
 }
 
-int tk_peers_create(struct tk_server *s, const struct tk_peer_cb *cb, int wake_fd,
+int tk_peers_create(struct tk_server *s,
+                    const struct tk_peer_cb *cb,
+                    int wake_fd,
                     struct tk_peers **out)
 {
     struct tk_peers *p = calloc(1, sizeof(*p));
@@ -639,8 +640,8 @@ int tk_peers_create(struct tk_server *s, const struct tk_peer_cb *cb, int wake_f
     }
     p->listen_fd = tk_listen(s->opt.bind, s->opt.peer_port, false);
     if (p->listen_fd < 0) {
-        tk_log(TK_LOG_ERROR, "cannot listen on peer port %s:%u: %s", s->opt.bind,
-               s->opt.peer_port, strerror(errno));
+        tk_log(TK_LOG_ERROR, "cannot listen on peer port %s:%u: %s", s->opt.bind, s->opt.peer_port,
+               strerror(errno));
         io_uring_queue_exit(&p->ring);
         free(p->scratch.entries);
         free(p);

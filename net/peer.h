@@ -23,7 +23,9 @@ struct tk_peer_cb {
 };
 
 /* Listens on the peer port. wake_fd (eventfd) is polled in the same ring. */
-int tk_peers_create(struct tk_server *s, const struct tk_peer_cb *cb, int wake_fd,
+int tk_peers_create(struct tk_server *s,
+                    const struct tk_peer_cb *cb,
+                    int wake_fd,
                     struct tk_peers **out);
 void tk_peers_destroy(struct tk_peers *p);
 

@@ -48,7 +48,11 @@ void raftd_send_role(struct tk_raftd *r, bool leader)
     }
 }
 
-static void send_u64s(struct tk_raftd *r, uint32_t worker, uint32_t kind, uint64_t a, uint64_t b,
+static void send_u64s(struct tk_raftd *r,
+                      uint32_t worker,
+                      uint32_t kind,
+                      uint64_t a,
+                      uint64_t b,
                       uint32_t n)
 {
     uint64_t *p = tk_outbox_put(&r->to_worker[worker], kind, n * 8);
@@ -118,8 +122,8 @@ static void install_snapshot(struct tk_raftd *r, const uint8_t *data, size_t len
         memcpy(p, data + at, off - at);
     }
     TK_ASSERT(off == len);
-    tk_log(TK_LOG_INFO, "installed snapshot: %llu held keys, %zu bytes",
-           (unsigned long long)count, len);
+    tk_log(TK_LOG_INFO, "installed snapshot: %llu held keys, %zu bytes", (unsigned long long)count,
+           len);
 }
 
 static void update_roles(struct tk_raftd *r, const struct tk_raft_update *up)
@@ -135,14 +139,14 @@ static void update_roles(struct tk_raftd *r, const struct tk_raft_update *up)
          * leases have run out (SPEC 10, --new-domain-hold-ms). */
         const struct tk_raft_config *c = tk_raft_config(r->core);
         bool held = c && c->serve_after_us > tk_wall_us();
-        if (!r->leader_ready && !held && r->applied >= st.term_start_index &&
-            st.term_start_index && r->applied >= up->commit) {
+        if (!r->leader_ready && !held && r->applied >= st.term_start_index && st.term_start_index &&
+            r->applied >= up->commit) {
             r->leader_ready = true;
             snprintf(r->leader_client, sizeof(r->leader_client), "%s", r->s->advertise);
             r->role_leader_id = r->s->node_id;
             raftd_send_role(r, true);
-            tk_log(TK_LOG_INFO, "leading term %llu from index %llu",
-                   (unsigned long long)up->term, (unsigned long long)st.term_start_index);
+            tk_log(TK_LOG_INFO, "leading term %llu from index %llu", (unsigned long long)up->term,
+                   (unsigned long long)st.term_start_index);
         }
         return;
     }
@@ -335,8 +339,7 @@ static void snapshot_part(struct tk_raftd *r, const struct tk_msg_snap_part *par
         int best = -1;
         for (uint32_t w = 0; w < r->snap_parts; w++)
             if (pos[w] < r->parts[w].count &&
-                (best < 0 || r->parts[w].recs[pos[w]].token <
-                                 r->parts[best].recs[pos[best]].token))
+                (best < 0 || r->parts[w].recs[pos[w]].token < r->parts[best].recs[pos[best]].token))
                 best = (int)w;
         TK_ASSERT(best >= 0);
         const struct tk_snap_rec *rec = &r->parts[best].recs[pos[best]++];

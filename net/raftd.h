@@ -13,7 +13,6 @@
 #include "net/server.h"
 #include "raft/raft.h"
 
-
 #define BATCH_CMDS_MAX 4096
 #define BATCH_BYTES_MAX (4 + BATCH_CMDS_MAX * TK_CMD_ENCODED_MAX)
 #define TOKEN_EPOCH_US UINT64_C(1767225600000000) /* 2026-01-01T00:00:00Z */
@@ -36,13 +35,13 @@ struct peer_info { /* what probes told us about a configured peer (bootstrap) */
     uint64_t id;
     char client_addr[TK_ADDR_MAX];
     uint64_t peers_hash;
-    uint64_t probed_us;   /* its PROBE reached us */
-    uint64_t replied_us;  /* its PROBE_REPLY reached us */
-    bool member;          /* it belongs to a domain */
-    bool agreed;          /* it was seen fresh with our --peers: a bootstrap partner */
-    bool forced;          /* its PROBE says --force-new-domain */
-    bool leader_known;    /* its last PROBE_REPLY named a leader */
-    uint64_t token_next;  /* its fencing counter, from its last PROBE_REPLY */
+    uint64_t probed_us;  /* its PROBE reached us */
+    uint64_t replied_us; /* its PROBE_REPLY reached us */
+    bool member;         /* it belongs to a domain */
+    bool agreed;         /* it was seen fresh with our --peers: a bootstrap partner */
+    bool forced;         /* its PROBE says --force-new-domain */
+    bool leader_known;   /* its last PROBE_REPLY named a leader */
+    uint64_t token_next; /* its fencing counter, from its last PROBE_REPLY */
 };
 
 struct read_group {
@@ -73,17 +72,17 @@ struct tk_raftd {
     bool domain_seen; /* a peer reported membership of a domain (warned once) */
 
     /* Joining a live domain as a fresh NodeId (SPEC 10). */
-    uint64_t join_leader_id;               /* whom to ask; 0: no leader known */
-    char join_leader_addr[TK_ADDR_MAX];    /* its peer address */
+    uint64_t join_leader_id;                 /* whom to ask; 0: no leader known */
+    char join_leader_addr[TK_ADDR_MAX];      /* its peer address */
     uint64_t join_domain_lo, join_domain_hi; /* the domain we join (0,0: none seen) */
-    uint64_t leader_heard_us;              /* last Append/Snapshot from a leader */
-    uint64_t leader_seen_us;               /* fresh: since when probes name a live leader */
-    uint8_t join_reply;                    /* last JoinReply status, 0xff: none */
-    uint8_t membership;                    /* enum raftd_membership, published */
-    bool removed;                          /* the leader says we are not a member */
-    char note[256];                        /* why we are where we are (/status) */
-    uint64_t note_us;                      /* when the note was last brought up to date */
-    uint64_t members_at;                   /* leader: next membership step */
+    uint64_t leader_heard_us;                /* last Append/Snapshot from a leader */
+    uint64_t leader_seen_us;                 /* fresh: since when probes name a live leader */
+    uint8_t join_reply;                      /* last JoinReply status, 0xff: none */
+    uint8_t membership;                      /* enum raftd_membership, published */
+    bool removed;                            /* the leader says we are not a member */
+    char note[256];                          /* why we are where we are (/status) */
+    uint64_t note_us;                        /* when the note was last brought up to date */
+    uint64_t members_at;                     /* leader: next membership step */
     _Atomic uint64_t m_joins, m_changes;
 
     /* Driver state. */

@@ -95,8 +95,10 @@ static void on_probe(struct tk_raftd *r, const struct tk_raft_msg *m)
     /* Answer on our link to the prober's address. */
     char addr[TK_ADDR_MAX];
     copy_str(addr, sizeof(addr), &m->probe.peer_addr);
-    struct tk_raft_msg rep = {.type = TK_RAFT_MSG_PROBE_REPLY, .from = r->s->node_id,
-                              .to = m->from, .term = tk_raft_term(r->core)};
+    struct tk_raft_msg rep = {.type = TK_RAFT_MSG_PROBE_REPLY,
+                              .from = r->s->node_id,
+                              .to = m->from,
+                              .term = tk_raft_term(r->core)};
     uint64_t lo, hi;
     raftd_domain(r, &lo, &hi);
     rep.probe_reply.flags = (lo || hi) ? TK_RAFT_PROBE_MEMBER : 0;
@@ -107,10 +109,10 @@ static void on_probe(struct tk_raftd *r, const struct tk_raft_msg *m)
     const struct tk_raft_member *lm = lid ? raftd_member(r, lid) : NULL;
     rep.probe_reply.leader_id = lm ? lid : 0;
     if (lm) {
-        rep.probe_reply.leader_peer_addr = (struct tk_raft_str){lm->peer_addr,
-                                                                (uint16_t)strlen(lm->peer_addr)};
-        rep.probe_reply.leader_client_addr = (struct tk_raft_str){
-            lm->client_addr, (uint16_t)strlen(lm->client_addr)};
+        rep.probe_reply.leader_peer_addr =
+            (struct tk_raft_str){lm->peer_addr, (uint16_t)strlen(lm->peer_addr)};
+        rep.probe_reply.leader_client_addr =
+            (struct tk_raft_str){lm->client_addr, (uint16_t)strlen(lm->client_addr)};
     }
     rep.probe_reply.token_next = (lo || hi) ? tk_raft_next_token(r->core) : 0;
     raftd_send_msg(r, &rep, addr);
@@ -183,15 +185,17 @@ static void on_probe_reply(struct tk_raftd *r, const struct tk_wire_frame *f)
 
 static void send_join_reply(struct tk_raftd *r, struct tk_plink *l, uint64_t to, uint8_t status)
 {
-    struct tk_raft_msg rep = {.type = TK_RAFT_MSG_JOIN_REPLY, .from = r->s->node_id, .to = to,
+    struct tk_raft_msg rep = {.type = TK_RAFT_MSG_JOIN_REPLY,
+                              .from = r->s->node_id,
+                              .to = to,
                               .term = tk_raft_term(r->core)};
     rep.join_reply.status = status;
     uint64_t lid = live_leader(r);
     const struct tk_raft_member *lm = lid ? raftd_member(r, lid) : NULL;
     if (lm) {
         rep.join_reply.leader_id = lid;
-        rep.join_reply.leader_peer_addr = (struct tk_raft_str){lm->peer_addr,
-                                                               (uint16_t)strlen(lm->peer_addr)};
+        rep.join_reply.leader_peer_addr =
+            (struct tk_raft_str){lm->peer_addr, (uint16_t)strlen(lm->peer_addr)};
     }
     /* On the link the request came in on: the joiner reads every link it
      * dialled, and its address is not a member's yet. */
@@ -231,7 +235,7 @@ static void on_join(struct tk_raftd *r, struct tk_plink *l, const struct tk_raft
             atomic_fetch_add(&r->m_joins, 1);
             atomic_fetch_add(&r->m_changes, 1);
         }
-        status = rc == TK_OK ? TK_RAFT_JOIN_OK
+        status = rc == TK_OK                             ? TK_RAFT_JOIN_OK
                  : rc == TK_EFULL || rc == TK_ENOTLEADER ? TK_RAFT_JOIN_RETRY
                                                          : TK_RAFT_JOIN_REFUSED;
         raftd_process(r, rc, &up);
@@ -287,9 +291,10 @@ static void on_remove(struct tk_raftd *r, struct tk_plink *l, const struct tk_ra
         atomic_fetch_add(&r->m_changes, 1);
     }
     raftd_process(r, rc, &up);
-    send_join_reply(r, l, m->from, rc == TK_OK                                 ? TK_RAFT_JOIN_OK
-                                   : rc == TK_EFULL || rc == TK_ENOTLEADER ? TK_RAFT_JOIN_RETRY
-                                                                           : TK_RAFT_JOIN_REFUSED);
+    send_join_reply(r, l, m->from,
+                    rc == TK_OK                             ? TK_RAFT_JOIN_OK
+                    : rc == TK_EFULL || rc == TK_ENOTLEADER ? TK_RAFT_JOIN_RETRY
+                                                            : TK_RAFT_JOIN_REFUSED);
 }
 
 /* A fresh node or a learner: what the leader said of our Join; a member:
@@ -318,8 +323,7 @@ static void on_join_reply(struct tk_raftd *r, const struct tk_wire_frame *f)
     if (m->join_reply.status == TK_RAFT_JOIN_NOT_LEADER && m->join_reply.leader_id &&
         m->join_reply.leader_peer_addr.len) {
         r->join_leader_id = m->join_reply.leader_id;
-        copy_str(r->join_leader_addr, sizeof(r->join_leader_addr),
-                 &m->join_reply.leader_peer_addr);
+        copy_str(r->join_leader_addr, sizeof(r->join_leader_addr), &m->join_reply.leader_peer_addr);
     }
 }
 
@@ -379,8 +383,8 @@ void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f
         /* A fresh node takes Raft traffic only from the peers it agreed to
          * bootstrap with (probed fresh, same --peers), or from the domain
          * it asked to join. */
-        bool known = theirs && f->domain_lo == r->join_domain_lo &&
-                     f->domain_hi == r->join_domain_hi;
+        bool known =
+            theirs && f->domain_lo == r->join_domain_lo && f->domain_hi == r->join_domain_hi;
         for (uint32_t i = 0; i < r->npeers; i++)
             known |= i != r->self && r->info[i].id == f->msg.from && r->info[i].agreed;
         if (!known)
@@ -399,7 +403,9 @@ void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f
 
 /* Writes entry 1 of a new fencing domain whose voters are this node and
  * the partners in `with` (SPEC 7, 10). */
-static void bootstrap(struct tk_raftd *r, const bool *with, uint64_t token_floor,
+static void bootstrap(struct tk_raftd *r,
+                      const bool *with,
+                      uint64_t token_floor,
                       uint64_t serve_after_us)
 {
     uint64_t wall = tk_wall_us();
@@ -408,7 +414,8 @@ static void bootstrap(struct tk_raftd *r, const bool *with, uint64_t token_floor
         return;
     }
     uint64_t first = TK_MAX(wall, token_floor);
-    struct tk_raft_config c = {.domain_lo = raftd_random_u64(), .domain_hi = raftd_random_u64(),
+    struct tk_raft_config c = {.domain_lo = raftd_random_u64(),
+                               .domain_hi = raftd_random_u64(),
                                .serve_after_us = serve_after_us};
     for (uint32_t i = 0; i < r->npeers; i++) {
         if (i != r->self && !with[i])
@@ -420,8 +427,9 @@ static void bootstrap(struct tk_raftd *r, const bool *with, uint64_t token_floor
         snprintf(mb->client_addr, sizeof(mb->client_addr), "%s",
                  i == r->self ? r->s->advertise : r->info[i].client_addr);
     }
-    tk_log(TK_LOG_INFO, "bootstrapping fencing domain %016llx%016llx with %u voters, "
-                        "first token %llu",
+    tk_log(TK_LOG_INFO,
+           "bootstrapping fencing domain %016llx%016llx with %u voters, "
+           "first token %llu",
            (unsigned long long)c.domain_hi, (unsigned long long)c.domain_lo, c.n,
            (unsigned long long)first);
     struct tk_raft_update up;
@@ -456,8 +464,8 @@ static void maybe_bootstrap(struct tk_raftd *r)
             continue;
         struct peer_info *pi = &r->info[i];
         bool fresh_reply = pi->replied_us && r->now - pi->replied_us < PROBE_FRESH_US;
-        bool partner = fresh_reply && !pi->member && pi->peers_hash == r->peers_hash &&
-                       pi->id && pi->probed_us && pi->client_addr[0];
+        bool partner = fresh_reply && !pi->member && pi->peers_hash == r->peers_hash && pi->id &&
+                       pi->probed_us && pi->client_addr[0];
         member_seen |= fresh_reply && pi->member && !pi->agreed;
         leader_seen |= fresh_reply && pi->member && pi->leader_known;
         all &= partner;
@@ -483,9 +491,10 @@ static void maybe_bootstrap(struct tk_raftd *r)
         if (leader_seen || fresh < r->npeers / 2 + 1 || lowest_forced != r->s->node_id)
             return;
         uint64_t hold_us = (uint64_t)r->s->opt.new_domain_hold_ms * 1000u;
-        tk_log(TK_LOG_WARN, "forcing a new fencing domain: %u of %u members are fresh and the "
-                            "old domain has no leader; every lock of the old domain is "
-                            "forgotten, and the new one grants nothing for %llu ms",
+        tk_log(TK_LOG_WARN,
+               "forcing a new fencing domain: %u of %u members are fresh and the "
+               "old domain has no leader; every lock of the old domain is "
+               "forgotten, and the new one grants nothing for %llu ms",
                fresh, r->npeers, (unsigned long long)r->s->opt.new_domain_hold_ms);
         bootstrap(r, with, token_floor, tk_wall_us() + hold_us);
         return;
@@ -499,10 +508,10 @@ static void maybe_bootstrap(struct tk_raftd *r)
 
 static void send_join(struct tk_raftd *r, const char *addr, uint64_t to)
 {
-    struct tk_raft_msg m = {.type = TK_RAFT_MSG_JOIN, .from = r->s->node_id, .to = to,
-                            .term = tk_raft_term(r->core)};
-    m.join.peer_addr = (struct tk_raft_str){r->peer_addr[r->self],
-                                            (uint16_t)strlen(r->peer_addr[r->self])};
+    struct tk_raft_msg m = {
+        .type = TK_RAFT_MSG_JOIN, .from = r->s->node_id, .to = to, .term = tk_raft_term(r->core)};
+    m.join.peer_addr =
+        (struct tk_raft_str){r->peer_addr[r->self], (uint16_t)strlen(r->peer_addr[r->self])};
     m.join.client_addr = (struct tk_raft_str){r->s->advertise, (uint16_t)strlen(r->s->advertise)};
     raftd_send_msg(r, &m, addr);
 }
@@ -534,9 +543,9 @@ static void maybe_join(struct tk_raftd *r)
     }
     send_join(r, r->join_leader_addr, r->join_leader_id);
     const char *why = r->join_reply == TK_RAFT_JOIN_REFUSED ? "refused: the leader's --peers "
-                                                               "does not list this address"
+                                                              "does not list this address"
                       : r->join_reply == TK_RAFT_JOIN_RETRY ? "asked to retry (a change runs)"
-                                                             : "asked";
+                                                            : "asked";
     set_note(r, RAFTD_JOINING, r->join_reply == TK_RAFT_JOIN_REFUSED ? TK_LOG_WARN : TK_LOG_INFO,
              "joining fencing domain %016llx%016llx through leader %016llx at %s: %s",
              (unsigned long long)r->join_domain_hi, (unsigned long long)r->join_domain_lo,
@@ -611,10 +620,10 @@ void raftd_probe_peers(struct tk_raftd *r)
             continue;
         struct tk_raft_msg m = {.type = TK_RAFT_MSG_PROBE, .from = r->s->node_id, .to = 0};
         m.probe.peers_hash = r->peers_hash;
-        m.probe.peer_addr = (struct tk_raft_str){r->peer_addr[r->self],
-                                                 (uint16_t)strlen(r->peer_addr[r->self])};
-        m.probe.client_addr = (struct tk_raft_str){r->s->advertise,
-                                                   (uint16_t)strlen(r->s->advertise)};
+        m.probe.peer_addr =
+            (struct tk_raft_str){r->peer_addr[r->self], (uint16_t)strlen(r->peer_addr[r->self])};
+        m.probe.client_addr =
+            (struct tk_raft_str){r->s->advertise, (uint16_t)strlen(r->s->advertise)};
         m.probe.flags = r->s->opt.force_new_domain ? TK_RAFT_PROBE_FORCE : 0;
         raftd_send_msg(r, &m, r->peer_addr[i]);
     }
@@ -639,8 +648,9 @@ void raftd_members_step(struct tk_raftd *r)
         return;
     struct tk_raft_update up;
     if (type == TK_MEMBERS_TRANSFER) {
-        tk_log(TK_LOG_WARN, "a newer process joined at this leader's address; handing "
-                            "leadership over so that another leader replaces this identity");
+        tk_log(TK_LOG_WARN,
+               "a newer process joined at this leader's address; handing "
+               "leadership over so that another leader replaces this identity");
         int rc = tk_raft_transfer(r->core, 0, r->now, &up);
         raftd_process(r, rc, &up);
         r->members_at = r->now + 1000000u;
@@ -656,8 +666,8 @@ void raftd_members_step(struct tk_raftd *r)
                (unsigned long long)m.id, m.peer_addr, (unsigned long long)up.index);
         atomic_fetch_add(&r->m_changes, 1);
     } else if (rc != TK_EFULL && rc != TK_ENOTLEADER) {
-        tk_log(TK_LOG_WARN, "membership change on %016llx refused: %s",
-               (unsigned long long)m.id, tk_strerror(rc));
+        tk_log(TK_LOG_WARN, "membership change on %016llx refused: %s", (unsigned long long)m.id,
+               tk_strerror(rc));
         r->members_at = r->now + 1000000u;
     }
     raftd_process(r, rc, &up);
@@ -711,8 +721,10 @@ int raftd_parse_peers(struct tk_raftd *r)
         snprintf(r->peer_addr[r->npeers++], TK_ADDR_MAX, "%s", tok);
     }
     if (!found) {
-        tk_log(TK_LOG_ERROR, "--peers must include this node's peer address %s "
-                             "(advertised host and --peer-port)", self);
+        tk_log(TK_LOG_ERROR,
+               "--peers must include this node's peer address %s "
+               "(advertised host and --peer-port)",
+               self);
         return TK_EINVAL;
     }
     /* Peers agree when their sorted lists are equal. */

@@ -14,7 +14,6 @@ static const uint64_t latency_bounds_us[] = {10,   25,   50,    100,   250,   50
 #define NBATCH TK_ARRAY_LEN(batch_bounds)
 #define NLAT TK_ARRAY_LEN(latency_bounds_us)
 
-
 static struct hist *hist_of(struct tk_raftd *r, int which)
 {
     return which == RAFTD_HIST_BATCH ? &r->batch_hist : &r->latency;
@@ -65,30 +64,29 @@ void raftd_publish(struct tk_raftd *r)
         "\"last_index\":%llu,\"snapshot_index\":%llu,\"log_entries\":%llu,\"next_token\":%llu,"
         "\"membership\":\"%s\",\"membership_note\":\"%s\",\"ready\":%s,\"members\":[",
         tk_raft_role_name(st.role), r->peers ? "cluster" : "standalone",
-        (unsigned long long)st.term, (unsigned long long)st.leader_id,
-        lm ? lm->client_addr : "", r->leader_ready ? "true" : "false",
-        (unsigned long long)st.commit, (unsigned long long)st.applied,
-        (unsigned long long)st.last_index, (unsigned long long)st.snapshot_index,
-        (unsigned long long)st.log_entries, (unsigned long long)st.token_next,
-        raftd_membership_name(r->membership), r->note, ready ? "true" : "false");
+        (unsigned long long)st.term, (unsigned long long)st.leader_id, lm ? lm->client_addr : "",
+        r->leader_ready ? "true" : "false", (unsigned long long)st.commit,
+        (unsigned long long)st.applied, (unsigned long long)st.last_index,
+        (unsigned long long)st.snapshot_index, (unsigned long long)st.log_entries,
+        (unsigned long long)st.token_next, raftd_membership_name(r->membership), r->note,
+        ready ? "true" : "false");
     bool leading = st.role == TK_RAFT_LEADER;
     for (uint32_t i = 0; cfg && i < st.n_members && off < cap; i++) {
         const struct tk_raft_member_status *ms = &st.members[i];
         const struct tk_raft_member *mb = tk_raft_config_find(cfg, ms->id);
-        off += (size_t)snprintf(buf + off, cap - off,
-                                "%s{\"id\":\"%016llx\",\"voter\":%s,\"peer_addr\":\"%s\","
-                                "\"client_addr\":\"%s\",\"match_index\":%llu,\"lag\":%llu,"
-                                "\"last_contact_ms\":%lld,\"leader\":%s}",
-                                i ? "," : "", (unsigned long long)ms->id,
-                                ms->role == TK_RAFT_VOTER ? "true" : "false",
-                                mb ? mb->peer_addr : "", mb ? mb->client_addr : "",
-                                (unsigned long long)ms->match,
-                                (unsigned long long)(leading && st.commit > ms->match
-                                                         ? st.commit - ms->match : 0),
-                                leading && ms->id != st.id && r->now >= ms->last_heard_us
-                                    ? (long long)((r->now - ms->last_heard_us) / 1000u)
-                                    : leading ? 0LL : -1LL,
-                                ms->id == st.leader_id ? "true" : "false");
+        off += (size_t)snprintf(
+            buf + off, cap - off,
+            "%s{\"id\":\"%016llx\",\"voter\":%s,\"peer_addr\":\"%s\","
+            "\"client_addr\":\"%s\",\"match_index\":%llu,\"lag\":%llu,"
+            "\"last_contact_ms\":%lld,\"leader\":%s}",
+            i ? "," : "", (unsigned long long)ms->id, ms->role == TK_RAFT_VOTER ? "true" : "false",
+            mb ? mb->peer_addr : "", mb ? mb->client_addr : "", (unsigned long long)ms->match,
+            (unsigned long long)(leading && st.commit > ms->match ? st.commit - ms->match : 0),
+            leading && ms->id != st.id && r->now >= ms->last_heard_us
+                ? (long long)((r->now - ms->last_heard_us) / 1000u)
+            : leading ? 0LL
+                      : -1LL,
+            ms->id == st.leader_id ? "true" : "false");
     }
     if (off < cap)
         off += (size_t)snprintf(buf + off, cap - off, "]");
@@ -118,18 +116,15 @@ void raftd_publish(struct tk_raftd *r)
         {"raft_log_bytes", "gauge", "Bytes of log entry data in memory", st.log_bytes},
         {"raft_elections_total", "counter", "Elections this node started", m->elections_started},
         {"raft_prevotes_total", "counter", "Pre-votes this node started", m->prevotes_started},
-        {"raft_leader_changes_total", "counter", "Changes of the known leader",
-         m->leader_changes},
+        {"raft_leader_changes_total", "counter", "Changes of the known leader", m->leader_changes},
         {"raft_step_downs_total", "counter", "Check-quorum step-downs", m->step_downs_quorum},
-        {"raft_transfers_total", "counter", "Leadership transfers (TimeoutNow sent)",
-         m->transfers},
+        {"raft_transfers_total", "counter", "Leadership transfers (TimeoutNow sent)", m->transfers},
         {"raft_appends_sent_total", "counter", "Append messages sent (heartbeats included)",
          m->appends_sent},
         {"raft_append_entries_sent_total", "counter", "Entries carried by Append messages",
          m->entries_sent},
         {"raft_snapshots_taken_total", "counter", "Snapshots taken", m->snapshots_taken},
-        {"raft_snapshots_sent_total", "counter", "Snapshots sent to followers",
-         m->snapshots_sent},
+        {"raft_snapshots_sent_total", "counter", "Snapshots sent to followers", m->snapshots_sent},
         {"raft_snapshots_installed_total", "counter", "Snapshots installed",
          m->snapshots_installed},
         {"raft_snapshot_bytes", "gauge", "Size of the last snapshot taken",
@@ -150,8 +145,10 @@ void raftd_publish(struct tk_raftd *r)
         {"peer_frame_bytes_max", "gauge", "Bound on peer frame size (--max-frame-bytes)",
          r->s->opt.max_frame_bytes},
         {"peer_handshakes_total", "counter", "Peer handshakes completed", ps.handshakes},
-        {"peer_handshake_timeouts_total", "counter", "Peer links that did not finish the "
-         "handshake in time", ps.handshake_timeouts},
+        {"peer_handshake_timeouts_total", "counter",
+         "Peer links that did not finish the "
+         "handshake in time",
+         ps.handshake_timeouts},
         {"peer_auth_failures_total", "counter", "Failed peer handshakes", ps.auth_failures},
         {"peer_dials_total", "counter", "Outbound peer connection attempts", ps.dials},
         {"peer_handshakes_evicted_total", "counter",
@@ -179,11 +176,11 @@ void raftd_publish(struct tk_raftd *r)
                                  "# TYPE ticketing_raft_member_lag_entries gauge\n");
     for (uint32_t i = 0; leading && i < st.n_members && moff < mcap; i++) {
         const struct tk_raft_member_status *ms = &st.members[i];
-        int n = snprintf(mbuf + moff, mcap - moff,
-                         "ticketing_raft_member_lag_entries{id=\"%016llx\",role=\"%s\"} %llu\n",
-                         (unsigned long long)ms->id,
-                         ms->role == TK_RAFT_VOTER ? "voter" : "learner",
-                         (unsigned long long)(st.commit > ms->match ? st.commit - ms->match : 0));
+        int n =
+            snprintf(mbuf + moff, mcap - moff,
+                     "ticketing_raft_member_lag_entries{id=\"%016llx\",role=\"%s\"} %llu\n",
+                     (unsigned long long)ms->id, ms->role == TK_RAFT_VOTER ? "voter" : "learner",
+                     (unsigned long long)(st.commit > ms->match ? st.commit - ms->match : 0));
         if (n < 0)
             break;
         moff += (size_t)n;
@@ -199,12 +196,18 @@ void raftd_publish(struct tk_raftd *r)
     r->pub_at = r->now;
 }
 
-static size_t hist_print(char *buf, size_t cap, const char *name, const char *help,
-                         const struct hist *h, const uint64_t *bounds, size_t n, double scale)
+static size_t hist_print(char *buf,
+                         size_t cap,
+                         const char *name,
+                         const char *help,
+                         const struct hist *h,
+                         const uint64_t *bounds,
+                         size_t n,
+                         double scale)
 {
     size_t off = 0;
-    off += (size_t)snprintf(buf + off, cap - off, "# HELP %s %s\n# TYPE %s histogram\n", name,
-                            help, name);
+    off += (size_t)snprintf(buf + off, cap - off, "# HELP %s %s\n# TYPE %s histogram\n", name, help,
+                            name);
     uint64_t cum = 0;
     for (size_t i = 0; i <= n && off < cap; i++) {
         cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);

@@ -107,8 +107,7 @@ struct tk_ovf {
     _Alignas(8) uint8_t data[];
 };
 
-void tk_outbox_init(struct tk_outbox *o, struct tk_ring *ring, struct tk_wake *wake,
-                    uint64_t limit)
+void tk_outbox_init(struct tk_outbox *o, struct tk_ring *ring, struct tk_wake *wake, uint64_t limit)
 {
     memset(o, 0, sizeof(*o));
     o->ring = ring;

@@ -66,7 +66,9 @@ struct tk_outbox {
 /* limit: the most messages that can ever wait in overflow, derived by the
  * producer from its own bounds (requests in flight, keys, log entries);
  * exceeding it means a bound is broken, so it panics. */
-void tk_outbox_init(struct tk_outbox *o, struct tk_ring *ring, struct tk_wake *wake,
+void tk_outbox_init(struct tk_outbox *o,
+                    struct tk_ring *ring,
+                    struct tk_wake *wake,
                     uint64_t limit);
 /* Room for one message of len payload bytes: in the ring, or in overflow. */
 void *tk_outbox_put(struct tk_outbox *o, uint32_t kind, uint32_t len);

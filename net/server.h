@@ -102,41 +102,41 @@ static inline uint32_t tk_client_gen(uint64_t ref)
 }
 
 /* Counters a worker publishes for /metrics (relaxed atomics). */
-#define TK_WSTAT_MAP(X) \
-    X(conns_open, gauge, "client connections open") \
-    X(conns_accepted, counter, "client connections accepted") \
-    X(conns_rejected, counter, "connections refused by the connection bound") \
+#define TK_WSTAT_MAP(X)                                                                           \
+    X(conns_open, gauge, "client connections open")                                               \
+    X(conns_accepted, counter, "client connections accepted")                                     \
+    X(conns_rejected, counter, "connections refused by the connection bound")                     \
     X(accept_errors, counter, "client accept errors (EMFILE and the like; retried with backoff)") \
-    X(auth_failures, counter, "failed handshakes") \
-    X(handshaking, gauge, "client connections still in the handshake") \
-    X(handshakes_evicted, counter, "unauthenticated connections closed to admit a newer one") \
-    X(handshake_timeouts, counter, "handshakes not finished in time") \
-    X(req_acquire, counter, "acquire requests") \
-    X(req_release, counter, "release requests") \
-    X(req_query, counter, "query requests") \
-    X(req_ping, counter, "ping requests") \
-    X(req_invalid, counter, "requests answered E") \
-    X(res_granted, counter, "G responses") \
-    X(res_timeout, counter, "T responses") \
-    X(res_busy, counter, "B responses") \
-    X(res_released, counter, "R responses") \
-    X(res_not_held, counter, "N responses") \
-    X(res_query, counter, "Q responses") \
-    X(conn_errors, counter, "connections closed by a connection-level error") \
-    X(moved, counter, "connections answered M") \
-    X(inflight_paused, counter, "times a connection hit the in-flight bound") \
-    X(keys, gauge, "keys in the lock table") \
-    X(held, gauge, "keys held") \
-    X(waiters, gauge, "queued acquires") \
-    X(deferred, gauge, "requests waiting behind an in-flight proposal") \
-    X(in_flight, gauge, "keys with a proposal in flight") \
-    X(grants, counter, "grants applied (handoffs included)") \
-    X(handoffs, counter, "handoffs applied") \
-    X(releases, counter, "releases applied") \
-    X(expiries, counter, "lease expiries applied") \
-    X(busy_bound, counter, "B answers caused by a bound") \
-    X(ring_full, counter, "times a ring was full and a message waited in overflow") \
-    X(reads_held, gauge, "Q/N replies waiting for a read barrier") \
+    X(auth_failures, counter, "failed handshakes")                                                \
+    X(handshaking, gauge, "client connections still in the handshake")                            \
+    X(handshakes_evicted, counter, "unauthenticated connections closed to admit a newer one")     \
+    X(handshake_timeouts, counter, "handshakes not finished in time")                             \
+    X(req_acquire, counter, "acquire requests")                                                   \
+    X(req_release, counter, "release requests")                                                   \
+    X(req_query, counter, "query requests")                                                       \
+    X(req_ping, counter, "ping requests")                                                         \
+    X(req_invalid, counter, "requests answered E")                                                \
+    X(res_granted, counter, "G responses")                                                        \
+    X(res_timeout, counter, "T responses")                                                        \
+    X(res_busy, counter, "B responses")                                                           \
+    X(res_released, counter, "R responses")                                                       \
+    X(res_not_held, counter, "N responses")                                                       \
+    X(res_query, counter, "Q responses")                                                          \
+    X(conn_errors, counter, "connections closed by a connection-level error")                     \
+    X(moved, counter, "connections answered M")                                                   \
+    X(inflight_paused, counter, "times a connection hit the in-flight bound")                     \
+    X(keys, gauge, "keys in the lock table")                                                      \
+    X(held, gauge, "keys held")                                                                   \
+    X(waiters, gauge, "queued acquires")                                                          \
+    X(deferred, gauge, "requests waiting behind an in-flight proposal")                           \
+    X(in_flight, gauge, "keys with a proposal in flight")                                         \
+    X(grants, counter, "grants applied (handoffs included)")                                      \
+    X(handoffs, counter, "handoffs applied")                                                      \
+    X(releases, counter, "releases applied")                                                      \
+    X(expiries, counter, "lease expiries applied")                                                \
+    X(busy_bound, counter, "B answers caused by a bound")                                         \
+    X(ring_full, counter, "times a ring was full and a message waited in overflow")               \
+    X(reads_held, gauge, "Q/N replies waiting for a read barrier")                                \
     X(read_barriers, counter, "read barriers asked of the Raft thread")
 
 #define TK_WSTAT_ENUM(name, type, help) TK_WSTAT_##name,
@@ -159,11 +159,11 @@ struct tk_server {
     struct tk_worker *workers[TK_WORKERS_MAX];
     struct tk_raftd *raft;
 
-    _Atomic int draining;            /* SIGTERM: hand leadership over, then stop */
+    _Atomic int draining; /* SIGTERM: hand leadership over, then stop */
     _Atomic int stopping;
-    _Atomic int failed;              /* a thread could not run: exit non-zero */
-    _Atomic int removed;             /* no longer a member (SPEC 10): exit 3 */
-    _Atomic uint64_t conns;          /* client connections open (bound) */
+    _Atomic int failed;                    /* a thread could not run: exit non-zero */
+    _Atomic int removed;                   /* no longer a member (SPEC 10): exit 3 */
+    _Atomic uint64_t conns;                /* client connections open (bound) */
     _Atomic uint64_t domain_lo, domain_hi; /* fencing domain, 0 until known */
     /* Monotonic time of each loop's latest round: workers 0..n-1, the Raft
      * thread at TK_WORKERS_MAX. /healthz fails when one stops moving. */

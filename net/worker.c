@@ -56,8 +56,8 @@ static void arm_wake(struct tk_worker *w)
 static void send_reply_msg(struct tk_worker *w, uint32_t dst, const struct tk_lock_reply *r)
 {
     TK_ASSERT(dst < w->s->nworkers);
-    struct tk_msg_reply *m = tk_outbox_put(&w->to_worker[dst], TK_MSG_REPLY,
-                                           (uint32_t)(sizeof(*m) + r->owner_len));
+    struct tk_msg_reply *m =
+        tk_outbox_put(&w->to_worker[dst], TK_MSG_REPLY, (uint32_t)(sizeof(*m) + r->owner_len));
     m->client = r->client;
     m->id = r->id;
     m->token = r->token;
@@ -151,8 +151,7 @@ static void request_barrier(struct tk_worker *w)
 /* Answers a request the shard could not take (tk_lock_request failed). */
 static void refuse(struct tk_worker *w, uint64_t client, uint64_t id, int err)
 {
-    struct tk_lock_reply r = {.type = err == TK_ENOTLEADER ? 'M' : 'X', .client = client,
-                              .id = id};
+    struct tk_lock_reply r = {.type = err == TK_ENOTLEADER ? 'M' : 'X', .client = client, .id = id};
     reply_now(w, &r);
 }
 
@@ -224,10 +223,16 @@ static void forwarded_request(struct tk_worker *w, const struct tk_msg_req *q, u
         return;
     }
     struct tk_lock_req lr = {
-        .type = (char)q->type, .client = q->client, .id = q->id,
-        .key = q->bytes, .key_len = q->key_len,
-        .owner = q->bytes + q->key_len, .owner_len = q->owner_len,
-        .lease_ms = q->lease_ms, .wait_ms = q->wait_ms, .token = q->token,
+        .type = (char)q->type,
+        .client = q->client,
+        .id = q->id,
+        .key = q->bytes,
+        .key_len = q->key_len,
+        .owner = q->bytes + q->key_len,
+        .owner_len = q->owner_len,
+        .lease_ms = q->lease_ms,
+        .wait_ms = q->wait_ms,
+        .token = q->token,
     };
     shard_request(w, &lr);
 }
@@ -374,38 +379,38 @@ static unsigned drain_raft(struct tk_worker *w)
         struct tk_cmd cmd;
         size_t used;
         switch (m->kind) {
-        case TK_MSG_APPLY:
-            TK_ASSERT(tk_cmd_decode(m->data, m->len, &cmd, &used) == TK_OK);
-            tk_lock_apply(w->table, w->now_us, &cmd, &w->sink);
-            break;
-        case TK_MSG_ROLE: {
-            struct tk_msg_role role;
-            TK_ASSERT(m->len == sizeof(role));
-            memcpy(&role, m->data, sizeof(role));
-            set_role(w, &role);
-            break;
-        }
-        case TK_MSG_READ_DONE: {
-            uint64_t v[2];
-            memcpy(v, m->data, sizeof(v));
-            release_reads(w, v[0], v[1] != 0);
-            break;
-        }
-        case TK_MSG_SNAP_REQ: {
-            uint64_t index;
-            memcpy(&index, m->data, 8);
-            snapshot_cut(w, index);
-            break;
-        }
-        case TK_MSG_CLEAR:
-            tk_lock_clear(w->table);
-            break;
-        case TK_MSG_RESTORE:
-            TK_ASSERT(tk_cmd_decode(m->data, m->len, &cmd, &used) == TK_OK);
-            tk_lock_restore(w->table, w->now_us, &cmd);
-            break;
-        default:
-            TK_ASSERT(!"unexpected message kind from raft");
+            case TK_MSG_APPLY:
+                TK_ASSERT(tk_cmd_decode(m->data, m->len, &cmd, &used) == TK_OK);
+                tk_lock_apply(w->table, w->now_us, &cmd, &w->sink);
+                break;
+            case TK_MSG_ROLE: {
+                struct tk_msg_role role;
+                TK_ASSERT(m->len == sizeof(role));
+                memcpy(&role, m->data, sizeof(role));
+                set_role(w, &role);
+                break;
+            }
+            case TK_MSG_READ_DONE: {
+                uint64_t v[2];
+                memcpy(v, m->data, sizeof(v));
+                release_reads(w, v[0], v[1] != 0);
+                break;
+            }
+            case TK_MSG_SNAP_REQ: {
+                uint64_t index;
+                memcpy(&index, m->data, 8);
+                snapshot_cut(w, index);
+                break;
+            }
+            case TK_MSG_CLEAR:
+                tk_lock_clear(w->table);
+                break;
+            case TK_MSG_RESTORE:
+                TK_ASSERT(tk_cmd_decode(m->data, m->len, &cmd, &used) == TK_OK);
+                tk_lock_restore(w->table, w->now_us, &cmd);
+                break;
+            default:
+                TK_ASSERT(!"unexpected message kind from raft");
         }
         tk_ring_pop(&w->from_raft, m);
     }
@@ -426,9 +431,13 @@ static unsigned drain_workers(struct tk_worker *w)
             } else if (m->kind == TK_MSG_REPLY) {
                 const struct tk_msg_reply *p = (const void *)m->data;
                 struct tk_lock_reply rep = {
-                    .type = (char)p->type, .client = p->client, .id = p->id,
-                    .token = p->token, .waiters = p->waiters,
-                    .owner = p->owner_len ? p->owner : NULL, .owner_len = p->owner_len,
+                    .type = (char)p->type,
+                    .client = p->client,
+                    .id = p->id,
+                    .token = p->token,
+                    .waiters = p->waiters,
+                    .owner = p->owner_len ? p->owner : NULL,
+                    .owner_len = p->owner_len,
                 };
                 conn_deliver(w, &rep);
             } else if (m->kind == TK_MSG_CLOSED) {
@@ -467,37 +476,37 @@ static void handle_cqe(struct tk_worker *w, struct io_uring_cqe *cqe)
     uint32_t gen = (uint32_t)ud;
     struct conn *c;
     switch (op) {
-    case OP_ACCEPT:
-        if (cqe->res >= 0)
-            conn_on_accept(w, cqe->res);
-        tk_accept_done(&w->accept, cqe->res, cqe->flags & IORING_CQE_F_MORE, w->now_us,
-                       "client port");
-        break;
-    case OP_RECV:
-        c = conn_get(w, slot, gen);
-        TK_ASSERT(c != NULL);
-        conn_on_recv(w, c, cqe);
-        break;
-    case OP_SEND:
-        c = conn_get(w, slot, gen);
-        TK_ASSERT(c != NULL);
-        conn_on_send(w, c, cqe->res);
-        break;
-    case OP_CANCEL:
-        c = conn_get(w, slot, gen);
-        if (c)
-            conn_on_cancel(w, c);
-        break;
-    case OP_POLL:
-        c = conn_get(w, slot, gen);
-        TK_ASSERT(c != NULL);
-        conn_on_poll(w, c, cqe->res);
-        break;
-    case OP_WAKE:
-        arm_wake(w);
-        break;
-    default:
-        TK_ASSERT(!"unknown completion");
+        case OP_ACCEPT:
+            if (cqe->res >= 0)
+                conn_on_accept(w, cqe->res);
+            tk_accept_done(&w->accept, cqe->res, cqe->flags & IORING_CQE_F_MORE, w->now_us,
+                           "client port");
+            break;
+        case OP_RECV:
+            c = conn_get(w, slot, gen);
+            TK_ASSERT(c != NULL);
+            conn_on_recv(w, c, cqe);
+            break;
+        case OP_SEND:
+            c = conn_get(w, slot, gen);
+            TK_ASSERT(c != NULL);
+            conn_on_send(w, c, cqe->res);
+            break;
+        case OP_CANCEL:
+            c = conn_get(w, slot, gen);
+            if (c)
+                conn_on_cancel(w, c);
+            break;
+        case OP_POLL:
+            c = conn_get(w, slot, gen);
+            TK_ASSERT(c != NULL);
+            conn_on_poll(w, c, cqe->res);
+            break;
+        case OP_WAKE:
+            arm_wake(w);
+            break;
+        default:
+            TK_ASSERT(!"unknown completion");
     }
 }
 
@@ -575,8 +584,8 @@ static int setup_ring(struct tk_worker *w)
     w->br = brmem;
     w->bufs = malloc((size_t)TK_WORKER_BUF_COUNT * TK_WORKER_BUF_SIZE);
     TK_ASSERT(w->bufs != NULL);
-    struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)w->br,
-                                   .ring_entries = TK_WORKER_BUF_COUNT, .bgid = 0};
+    struct io_uring_buf_reg reg = {
+        .ring_addr = (uint64_t)(uintptr_t)w->br, .ring_entries = TK_WORKER_BUF_COUNT, .bgid = 0};
     rc = io_uring_register_buf_ring(&w->ring, &reg, 0);
     if (rc < 0) {
         tk_log(TK_LOG_ERROR, "worker %u: provided buffer rings unsupported by this kernel: %s",
@@ -586,8 +595,8 @@ static int setup_ring(struct tk_worker *w)
     io_uring_buf_ring_init(w->br);
     int mask = io_uring_buf_ring_mask(TK_WORKER_BUF_COUNT);
     for (uint32_t i = 0; i < TK_WORKER_BUF_COUNT; i++)
-        io_uring_buf_ring_add(w->br, w->bufs + (size_t)i * TK_WORKER_BUF_SIZE,
-                              TK_WORKER_BUF_SIZE, (unsigned short)i, mask, (int)i);
+        io_uring_buf_ring_add(w->br, w->bufs + (size_t)i * TK_WORKER_BUF_SIZE, TK_WORKER_BUF_SIZE,
+                              (unsigned short)i, mask, (int)i);
     io_uring_buf_ring_advance(w->br, TK_WORKER_BUF_COUNT);
     return TK_OK;
 }
@@ -734,8 +743,7 @@ int tk_worker_start(struct tk_server *s, uint32_t idx)
         if (j != idx)
             tk_outbox_init(&w->to_worker[j], &s->workers[j]->inbox[idx], &s->workers[j]->wake,
                            2 * requests + s->opt.max_connections);
-    tk_outbox_init(&w->to_raft, &w->to_raft_ring, tk_raftd_wake(s),
-                   s->opt.max_keys + requests + 2);
+    tk_outbox_init(&w->to_raft, &w->to_raft_ring, tk_raftd_wake(s), s->opt.max_keys + requests + 2);
     w->listen_fd = tk_listen(s->opt.bind, s->opt.port, true);
     if (w->listen_fd < 0) {
         tk_log(TK_LOG_ERROR, "cannot listen on %s:%u: %s", s->opt.bind, s->opt.port,

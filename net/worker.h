@@ -32,19 +32,19 @@ struct conn {
     int fd;
     uint32_t slot, gen;
     uint8_t state;
-    bool recv_armed;     /* a multishot recv is outstanding */
-    bool recv_stopped;   /* paused: recv cancelled until resumed */
+    bool recv_armed;   /* a multishot recv is outstanding */
+    bool recv_stopped; /* paused: recv cancelled until resumed */
     bool send_inflight;
     bool cancel_inflight;
-    bool poll_armed;     /* paused: a poll watches for the peer going away */
-    bool poll_removing;  /* closing: the poll's removal is submitted */
-    bool dirty;          /* on the worker's flush list */
-    bool resume;         /* on the worker's resume list */
-    uint32_t inflight;   /* requests without a reply yet */
+    bool poll_armed;    /* paused: a poll watches for the peer going away */
+    bool poll_removing; /* closing: the poll's removal is submitted */
+    bool dirty;         /* on the worker's flush list */
+    bool resume;        /* on the worker's resume list */
+    uint32_t inflight;  /* requests without a reply yet */
     char snonce[TK_AUTH_HEX_LEN + 1];
-    struct buf in;       /* received plaintext, not yet parsed */
-    struct buf out;      /* formatted output, not yet handed to the kernel */
-    struct buf snd;      /* output being sent; snd_off bytes done */
+    struct buf in;  /* received plaintext, not yet parsed */
+    struct buf out; /* formatted output, not yet handed to the kernel */
+    struct buf snd; /* output being sent; snd_off bytes done */
     uint32_t snd_off;
     struct conn *next_dirty, *next_resume;
 };
@@ -109,7 +109,7 @@ struct tk_worker {
     char leader_addr[TK_ADDR_MAX];
 
     struct held_reply *held_head, *held_tail;
-    uint64_t read_round;      /* tag of replies held in the current round */
+    uint64_t read_round; /* tag of replies held in the current round */
     struct early_req *early_head, *early_tail;
     uint64_t nearly; /* bounded by the requests in flight on all connections */
 

@@ -41,27 +41,27 @@
 
 /* A client request, already validated by the parser (SPEC 5). */
 struct tk_lock_req {
-    char type;           /* 'A' acquire, 'R' release, 'Q' query */
-    uint64_t client;     /* opaque reply target (connection reference), != 0 */
-    uint64_t id;         /* request id, echoed in the reply */
+    char type;       /* 'A' acquire, 'R' release, 'Q' query */
+    uint64_t client; /* opaque reply target (connection reference), != 0 */
+    uint64_t id;     /* request id, echoed in the reply */
     const char *key;
     size_t key_len;
-    const char *owner;   /* A, R */
+    const char *owner; /* A, R */
     size_t owner_len;
-    uint32_t lease_ms;   /* A */
-    uint32_t wait_ms;    /* A */
-    uint64_t token;      /* R */
+    uint32_t lease_ms; /* A */
+    uint32_t wait_ms;  /* A */
+    uint64_t token;    /* R */
 };
 
 /* A reply to send on the client's connection. Pointers are valid only during
  * the sink call. */
 struct tk_lock_reply {
-    char type;           /* 'G' 'T' 'B' 'R' 'N' 'Q' */
+    char type; /* 'G' 'T' 'B' 'R' 'N' 'Q' */
     uint64_t client;
     uint64_t id;
-    uint64_t token;      /* G; Q (0 when free) */
-    uint32_t waiters;    /* Q */
-    const char *owner;   /* Q: holder, NULL when free */
+    uint64_t token;    /* G; Q (0 when free) */
+    uint32_t waiters;  /* Q */
+    const char *owner; /* Q: holder, NULL when free */
     size_t owner_len;
 };
 
@@ -138,7 +138,9 @@ bool tk_lock_is_leader(const struct tk_lock_table *t);
  *    waiters_max requests are already waiting so; nothing changed, no reply
  *    (the caller sends `E - overload` and closes, SPEC 14).
  *  - TK_ENOMEM: out of memory; nothing changed, no reply (likewise). */
-int tk_lock_request(struct tk_lock_table *t, uint64_t now_us, const struct tk_lock_req *req,
+int tk_lock_request(struct tk_lock_table *t,
+                    uint64_t now_us,
+                    const struct tk_lock_req *req,
                     const struct tk_lock_sink *sink);
 
 /* Applies a committed command (every node, in log order). On the leader it
@@ -154,7 +156,9 @@ int tk_lock_request(struct tk_lock_table *t, uint64_t now_us, const struct tk_lo
  * else panics too. A follower applies silently. Out of memory while
  * applying (a new key or a longer owner) panics: a committed entry cannot
  * be skipped. */
-void tk_lock_apply(struct tk_lock_table *t, uint64_t now_us, const struct tk_cmd *c,
+void tk_lock_apply(struct tk_lock_table *t,
+                   uint64_t now_us,
+                   const struct tk_cmd *c,
                    const struct tk_lock_sink *sink);
 
 /* Fires due timers on the leader, in deadline order (a wait before a lease
@@ -180,7 +184,8 @@ void tk_lock_stats(const struct tk_lock_table *t, struct tk_lock_stats *out);
 /* Calls fn for every committed holder (snapshots), as a GRANT with the
  * holder's token, owner and lease_ms. fn must not modify the table. O(keys). */
 void tk_lock_each_holder(const struct tk_lock_table *t,
-                         void (*fn)(void *ctx, const struct tk_cmd *grant), void *ctx);
+                         void (*fn)(void *ctx, const struct tk_cmd *grant),
+                         void *ctx);
 
 /* Drops all state, committed included (before installing a snapshot). The
  * role is kept; cumulative counters in the stats are kept. */

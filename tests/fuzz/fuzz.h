@@ -13,12 +13,12 @@
 
 #include "core/tk.h"
 
-#define FUZZ_CHECK(x) \
-    do { \
-        if (!(x)) { \
+#define FUZZ_CHECK(x)                                                                    \
+    do {                                                                                 \
+        if (!(x)) {                                                                      \
             fprintf(stderr, "fuzz check failed at %s:%d: %s\n", __FILE__, __LINE__, #x); \
-            abort(); \
-        } \
+            abort();                                                                     \
+        }                                                                                \
     } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

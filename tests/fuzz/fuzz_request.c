@@ -54,7 +54,9 @@ static bool ref_u64(const char *s, size_t len, uint64_t *out)
     return true;
 }
 
-static enum tk_parse_status ref_parse(const char *line, size_t len, struct tk_request *r,
+static enum tk_parse_status ref_parse(const char *line,
+                                      size_t len,
+                                      struct tk_request *r,
                                       struct ref_field *f)
 {
     memset(r, 0, sizeof(*r));
@@ -158,8 +160,11 @@ static void on_propose(void *ctx, const struct tk_cmd *c)
     FUZZ_CHECK(tk_cmd_check(c) == TK_OK);
 }
 
-static void one_line(const char *line, size_t len, struct ref_field *fields,
-                     struct tk_lock_table *t, uint64_t *now)
+static void one_line(const char *line,
+                     size_t len,
+                     struct ref_field *fields,
+                     struct tk_lock_table *t,
+                     uint64_t *now)
 {
     struct tk_request req, ref;
     enum tk_parse_status st = tk_proto_parse(line, len, &req);

@@ -46,9 +46,8 @@ static void count_holder(void *ctx, const struct tk_cmd *c)
 
 static void install(size_t n)
 {
-    struct tk_lock_limits lim = {.keys_max = RECORDS_MAX + 1,
-                                 .waiters_per_key_max = 4,
-                                 .waiters_max = 16};
+    struct tk_lock_limits lim = {
+        .keys_max = RECORDS_MAX + 1, .waiters_per_key_max = 4, .waiters_max = 16};
     struct tk_lock_table *t = tk_lock_create(&lim);
     FUZZ_CHECK(t != NULL);
     struct tk_lock_sink sink = {.reply = no_reply, .propose = no_propose, .ctx = NULL};

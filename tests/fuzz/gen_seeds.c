@@ -316,8 +316,8 @@ static void lock_seeds(void)
         put("lock", name, buf, sizeof(buf));
     }
     /* A short hand-written sequence of choices. */
-    static const uint8_t scripted[] = {0, 1, 0, 0, 0x10, 0, 0, 0, 0, 1, 1, 1, 0, 0x20, 0, 5, 0,
-                                       60, 60, 80, 0, 0x40, 6};
+    static const uint8_t scripted[] = {0, 1,    0, 0, 0x10, 0,  0,  0,  0, 1,    1, 1,
+                                       0, 0x20, 0, 5, 0,    60, 60, 80, 0, 0x40, 6};
     put("lock", "scripted", scripted, sizeof(scripted));
 }
 

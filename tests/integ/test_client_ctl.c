@@ -534,8 +534,8 @@ static void all_addrs(char *out, size_t cap)
 {
     size_t off = (size_t)snprintf(out, cap, "--addr=");
     for (int i = 0; i < cl.n; i++)
-        off += (size_t)snprintf(out + off, cap - off, "%s127.0.0.1:%u", i ? "," : "",
-                                cl.node[i].port);
+        off +=
+            (size_t)snprintf(out + off, cap - off, "%s127.0.0.1:%u", i ? "," : "", cl.node[i].port);
 }
 
 static bool file_contains(const char *path, const char *needle)
@@ -676,15 +676,15 @@ Test(ctl, remove_member_usage_errors_exit_64)
     char peer[400], bad[400];
     snprintf(peer, sizeof peer, "--peer-secret-file=%s", node.peer_secret_file);
     snprintf(bad, sizeof bad, "--peer-secret-file=%s/nonexistent", dir);
-    expect_exit(ARGS("remove-member", peer), NULL, 64);                          /* no NODEID */
-    expect_exit(ARGS("remove-member", "0123", peer), NULL, 64);                  /* short */
-    expect_exit(ARGS("remove-member", "0123456789abcdefa", peer), NULL, 64);     /* long */
-    expect_exit(ARGS("remove-member", "0123456789abcdeg", peer), NULL, 64);      /* not hex */
-    expect_exit(ARGS("remove-member", "0000000000000000", peer), NULL, 64);      /* no NodeId */
+    expect_exit(ARGS("remove-member", peer), NULL, 64);                      /* no NODEID */
+    expect_exit(ARGS("remove-member", "0123", peer), NULL, 64);              /* short */
+    expect_exit(ARGS("remove-member", "0123456789abcdefa", peer), NULL, 64); /* long */
+    expect_exit(ARGS("remove-member", "0123456789abcdeg", peer), NULL, 64);  /* not hex */
+    expect_exit(ARGS("remove-member", "0000000000000000", peer), NULL, 64);  /* no NodeId */
     expect_exit(ARGS("remove-member", "0123456789abcdef", "extra", peer), NULL, 64);
     expect_exit(ARGS("remove-member", "0123456789abcdef"), ARGS("TICKETING_PEER_SECRET_FILE"),
-                64);                                                            /* no secret */
-    expect_exit(ARGS("remove-member", "0123456789abcdef", bad), NULL, 64);       /* unreadable */
+                64);                                                       /* no secret */
+    expect_exit(ARGS("remove-member", "0123456789abcdef", bad), NULL, 64); /* unreadable */
     expect_exit(ARGS("remove-member", "0123456789abcdef", peer), ARGS("TICKETING_ADDR"), 64);
     expect_exit(ARGS("remove-member", "0123456789abcdef", peer, "--addr", "127.0.0.1"), NULL, 64);
 }

@@ -12,8 +12,8 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,8 +381,8 @@ Test(cluster, two_of_three_paused_no_grant_until_one_returns)
     tk_tc_send(c, "A 1 k x 30000 5000\n");
     char line[128];
     int r = tk_tc_line(c, line, sizeof(line), 3000);
-    cr_assert(r == -2 || (r >= 0 && line[0] == 'M') || r == -1,
-              "granted without a majority: '%s'", r >= 0 ? line : "");
+    cr_assert(r == -2 || (r >= 0 && line[0] == 'M') || r == -1, "granted without a majority: '%s'",
+              r >= 0 ? line : "");
     drop(c);
     /* Without a majority nobody serves. */
     usleep(500000);
@@ -419,8 +419,8 @@ Test(cluster, graceful_sigterm_of_leader_transfers_leadership_quickly)
 
 Test(cluster, lagging_follower_catches_up_by_snapshot)
 {
-    static const char *const small_log[] = {"--heartbeat-ms", "50", "--election-ms", "400",
-                                            "--max-log-entries", "64", NULL};
+    static const char *const small_log[] = {
+        "--heartbeat-ms", "50", "--election-ms", "400", "--max-log-entries", "64", NULL};
     cr_assert_eq(tk_cluster_start(&cl, 3, small_log), 0);
     int l = tk_cluster_leader(&cl, 5000, 0);
     int lag = (l + 1) % 3;
@@ -464,8 +464,7 @@ Test(cluster, two_or_four_peers_are_refused)
     for (int k = 0; k < 2; k++) {
         struct tk_node n;
         cr_assert_eq(tk_node_prepare(&n, tk_free_port3()), 0);
-        const char *args[] = {"--peers", counts[k], "--peer-secret-file", n.peer_secret_file,
-                              NULL};
+        const char *args[] = {"--peers", counts[k], "--peer-secret-file", n.peer_secret_file, NULL};
         cr_assert_eq(tk_node_spawn(&n, args), 0);
         int st = tk_node_stop(&n, 0, 5000);
         cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d", st);

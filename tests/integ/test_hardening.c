@@ -66,7 +66,8 @@ static int flood(uint32_t port, int *fds, int n)
     for (int i = 0; i < n; i++) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         cr_assert_geq(fd, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
             close(fd);
@@ -101,8 +102,7 @@ static double cpu_seconds(pid_t pid)
     unsigned long long ut = 0, st = 0;
     /* After ")": state ppid pgrp session tty tpgid flags minflt cminflt
      * majflt cmajflt utime stime. */
-    cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-                        &st),
+    cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st),
                  2);
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -195,8 +195,7 @@ static int run_node(const char *const *args, char *log, size_t cap)
 Test(hardening, a_missing_secret_file_is_named_as_such)
 {
     static char log[8192];
-    static const char *const args[] = {"--client-secret-file", "/nonexistent/client.secret",
-                                       NULL};
+    static const char *const args[] = {"--client-secret-file", "/nonexistent/client.secret", NULL};
     cr_assert_eq(tk_node_prepare(&node, tk_free_port3()), 0);
     int st = run_node(args, log, sizeof(log));
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, log);
@@ -212,8 +211,8 @@ Test(hardening, the_same_secret_for_clients_and_peers_is_refused)
              node.port + 11, node.port + 21);
     char adv[32];
     snprintf(adv, sizeof(adv), "127.0.0.1:%u", node.port);
-    const char *const args[] = {"--peers", peers, "--peer-secret-file", node.secret_file,
-                                "--advertise", adv, NULL};
+    const char *const args[] = {
+        "--peers", peers, "--peer-secret-file", node.secret_file, "--advertise", adv, NULL};
     int st = run_node(args, log, sizeof(log));
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, log);
     cr_assert_not_null(strstr(log, "secrets are the same"), "%s", log);
@@ -287,9 +286,9 @@ Test(hardening, a_reset_while_paused_drops_the_waiters_at_once)
 
 Test(hardening, sockets_that_never_authenticate_cannot_lock_clients_out)
 {
-    static const char *const args[] = {"--threads", "1", "--max-connections", "200",
-                                       "--max-handshakes", "64", "--handshake-ms", "60000",
-                                       NULL};
+    static const char *const args[] = {
+        "--threads", "1", "--max-connections", "200", "--max-handshakes", "64", "--handshake-ms",
+        "60000",     NULL};
     cr_assert_eq(tk_node_start(&node, args), 0);
     static int fds[300];
     int n = flood(node.port, fds, 300);
@@ -312,8 +311,8 @@ Test(hardening, sockets_that_never_authenticate_cannot_lock_clients_out)
 
 Test(hardening, a_peer_port_flood_does_not_keep_a_member_from_rejoining)
 {
-    static const char *const slow[] = {"--heartbeat-ms", "50", "--election-ms", "400",
-                                       "--handshake-ms", "60000", NULL};
+    static const char *const slow[] = {
+        "--heartbeat-ms", "50", "--election-ms", "400", "--handshake-ms", "60000", NULL};
     cr_assert_eq(tk_cluster_start(&cl, 3, slow), 0);
     int l = tk_cluster_leader(&cl, 5000, 0);
     int f = (l + 1) % 3;

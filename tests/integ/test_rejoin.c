@@ -129,8 +129,11 @@ static int await_ready(int i, int timeout_ms)
                               "%016" PRIx64 " at its address %s",
                               i, m[k].id, addr);
     }
-    cr_assert(voter, "node %d: /readyz 200 but %016" PRIx64 " is not a voter in its own "
-                     "configuration", i, self);
+    cr_assert(voter,
+              "node %d: /readyz 200 but %016" PRIx64
+              " is not a voter in its own "
+              "configuration",
+              i, self);
     char mem[32] = "";
     uint64_t end = tk_test_ms() + 1000;
     for (;;) {
@@ -141,8 +144,8 @@ static int await_ready(int i, int timeout_ms)
             break;
         usleep(10000);
     }
-    cr_assert_str_eq(mem, "voter", "node %d: /readyz 200 but membership '%s' 1 s later: %s", i,
-                     mem, body);
+    cr_assert_str_eq(mem, "voter", "node %d: /readyz 200 but membership '%s' 1 s later: %s", i, mem,
+                     body);
     return ms;
 }
 
@@ -157,7 +160,10 @@ static bool has_id(const struct tk_member *m, int n, uint64_t id)
 /* Polls the serving leader's members list until it holds exactly `n`
  * members, all voters, with every NodeId of want[] (n of them) and none of
  * gone[] (ngone). Fails with the last list seen. */
-static void await_members(int n, const uint64_t *want, const uint64_t *gone, int ngone,
+static void await_members(int n,
+                          const uint64_t *want,
+                          const uint64_t *gone,
+                          int ngone,
                           int timeout_ms)
 {
     struct tk_member m[TK_CLUSTER_MEMBERS_MAX];
@@ -188,9 +194,10 @@ static void await_members(int n, const uint64_t *want, const uint64_t *gone, int
     size_t off = 0;
     for (int k = 0; k < n && off < sizeof(wants); k++)
         off += (size_t)snprintf(wants + off, sizeof(wants) - off, " %016" PRIx64, want[k]);
-    cr_assert_fail("members never became %d voters {%s } without the replaced ids; "
-                   "last seen (%d members, %d voters): %s",
-                   n, wants, count, voters, seen);
+    cr_assert_fail(
+        "members never became %d voters {%s } without the replaced ids; "
+        "last seen (%d members, %d voters): %s",
+        n, wants, count, voters, seen);
 }
 
 /* Acquires `key` (free, wait 0) from whoever serves among the nodes not in
@@ -220,7 +227,9 @@ static uint64_t acquire_by(const char *key, unsigned skip, uint64_t deadline_ms)
         if (r >= 0 && sscanf(line, "G %" SCNu64 " %" SCNu64, &gid, &token) == 2 && gid == id)
             return token;
         snprintf(last, sizeof(last), "node %d answered '%s'", l,
-                 r >= 0 ? line : r == -1 ? "(timeout)" : "(closed)");
+                 r >= 0    ? line
+                 : r == -1 ? "(timeout)"
+                           : "(closed)");
         usleep(20000);
     }
     cr_assert_fail("no grant of %s in time: %s", key, last);
@@ -274,8 +283,9 @@ Test(rejoin, kill9_follower_rejoins_as_voter_and_majority_survives_another_loss)
     uint64_t t0 = tk_test_ms();
     uint64_t new_id = restart(f, old_id);
     int ready = await_ready(f, 30000);
-    fprintf(stderr, "rejoin/kill9_follower: node %d %016" PRIx64 " -> %016" PRIx64
-                    ": /readyz 200 %d ms after restart (%" PRIu64 " ms after kill)\n",
+    fprintf(stderr,
+            "rejoin/kill9_follower: node %d %016" PRIx64 " -> %016" PRIx64
+            ": /readyz 200 %d ms after restart (%" PRIu64 " ms after kill)\n",
             f, old_id, new_id, ready, tk_test_ms() - t0);
 
     uint64_t ids[3];
@@ -321,13 +331,14 @@ Test(rejoin, kill9_leader_rejoins)
     uint64_t t0 = tk_test_ms();
     int nl = tk_cluster_leader(&cl, 10000, 1u << l);
     cr_assert_geq(nl, 0, "no new leader after kill -9 of the leader");
-    fprintf(stderr, "rejoin/kill9_leader: node %d serves %" PRIu64 " ms after kill -9 of %d\n",
-            nl, tk_test_ms() - t0, l);
+    fprintf(stderr, "rejoin/kill9_leader: node %d serves %" PRIu64 " ms after kill -9 of %d\n", nl,
+            tk_test_ms() - t0, l);
     uint64_t t1 = tk_test_ms();
     uint64_t new_id = restart(l, old_id);
     int ready = await_ready(l, 30000);
-    fprintf(stderr, "rejoin/kill9_leader: node %d %016" PRIx64 " -> %016" PRIx64
-                    ": /readyz 200 %d ms after restart (%" PRIu64 " ms)\n",
+    fprintf(stderr,
+            "rejoin/kill9_leader: node %d %016" PRIx64 " -> %016" PRIx64
+            ": /readyz 200 %d ms after restart (%" PRIu64 " ms)\n",
             l, old_id, new_id, ready, tk_test_ms() - t1);
 
     uint64_t ids[3];
@@ -385,8 +396,8 @@ static int record_grant(int key, int thread, uint64_t token, uint64_t sent)
     pthread_mutex_lock(&hist_mu);
     int e = nhist < EV_MAX ? nhist++ : -1;
     if (e >= 0)
-        hist[e] = (struct event){key,        thread,     token, sent, tk_test_ms(), UINT64_MAX,
-                                 UINT64_MAX, '?'};
+        hist[e] =
+            (struct event){key, thread, token, sent, tk_test_ms(), UINT64_MAX, UINT64_MAX, '?'};
     pthread_mutex_unlock(&hist_mu);
     return e;
 }
@@ -512,9 +523,9 @@ static void check_history(uint64_t held)
                 if (prev->rel_sent_ms < end)
                     end = prev->rel_sent_ms;
                 cr_assert_geq(next->granted_ms, end,
-                              "rk-%d: token %" PRIu64 " seen at %" PRIu64
-                              " while token %" PRIu64 " (granted %" PRIu64
-                              ", release sent %" PRIu64 ", outcome %c) was held",
+                              "rk-%d: token %" PRIu64 " seen at %" PRIu64 " while token %" PRIu64
+                              " (granted %" PRIu64 ", release sent %" PRIu64
+                              ", outcome %c) was held",
                               k, next->token, next->granted_ms, prev->token, prev->granted_ms,
                               prev->rel_sent_ms, prev->rel_outcome);
                 cr_assert_geq(next->granted_ms, prev->granted_ms,
@@ -604,19 +615,23 @@ static void rolling_restart_under_load(int n)
             int nl = tk_cluster_leader(&cl, 5000, 1u << i);
             int after = (int)(tk_test_ms() - exited);
             cr_assert_geq(nl, 0, "no leader after SIGTERM of the leader %d", i);
-            fprintf(stderr, "rejoin/rolling_%d: step %d: node %d serves %d ms after the "
-                            "leader's exit (%d ms after SIGTERM)\n",
+            fprintf(stderr,
+                    "rejoin/rolling_%d: step %d: node %d serves %d ms after the "
+                    "leader's exit (%d ms after SIGTERM)\n",
                     n, i + 1, nl, after, (int)(tk_test_ms() - step_from[i]));
-            cr_assert_lt(after, 300, "node %d served only %d ms after the leader exited: no "
-                                     "leadership transfer on SIGTERM?", nl, after);
+            cr_assert_lt(after, 300,
+                         "node %d served only %d ms after the leader exited: no "
+                         "leadership transfer on SIGTERM?",
+                         nl, after);
         }
         uint64_t t0 = tk_test_ms();
         new_ids[i] = restart(i, id);
         await_ready(i, 30000);
         ready_ms[i] = (int)(tk_test_ms() - t0);
         step_to[i] = tk_test_ms();
-        fprintf(stderr, "rejoin/rolling_%d: step %d (node %d%s): exit %d ms after SIGTERM, "
-                        "/readyz %d ms after restart\n",
+        fprintf(stderr,
+                "rejoin/rolling_%d: step %d (node %d%s): exit %d ms after SIGTERM, "
+                "/readyz %d ms after restart\n",
                 n, i + 1, i, was_leader[i] ? ", the leader" : "", stop_ms[i], ready_ms[i]);
     }
     /* The load goes on after the last step. */
@@ -642,15 +657,17 @@ static void rolling_restart_under_load(int n)
         g[k] = hist[k].granted_ms;
     qsort(g, (size_t)nhist, sizeof(uint64_t), cmp_u64);
     for (int i = 0; i < n; i++)
-        fprintf(stderr, "rejoin/rolling_%d: step %d (node %d%s): longest gap between grants "
-                        "%" PRIu64 " ms; /readyz %d ms after restart\n",
+        fprintf(stderr,
+                "rejoin/rolling_%d: step %d (node %d%s): longest gap between grants "
+                "%" PRIu64 " ms; /readyz %d ms after restart\n",
                 n, i + 1, i, was_leader[i] ? ", the leader" : "",
                 longest_gap(g, nhist, step_from[i], step_to[i]), ready_ms[i]);
     int unknown = 0;
     for (int k = 0; k < nhist; k++)
         unknown += hist[k].rel_outcome == '?';
-    fprintf(stderr, "rejoin/rolling_%d: %d grants observed (%d with a release outcome never "
-                    "seen), %d after the last step\n",
+    fprintf(stderr,
+            "rejoin/rolling_%d: %d grants observed (%d with a release outcome never "
+            "seen), %d after the last step\n",
             n, nhist, unknown, more);
     free(g);
     cr_assert_geq(more, 10, "the load stalled after the rolling restart (%d grants)", more);
@@ -801,13 +818,16 @@ Test(rejoin, two_of_three_lost_force_new_domain_recovers_after_the_hold)
     uint64_t formed = tk_test_ms();
     /* During the hold nothing serves and nothing is granted. */
     while (tk_test_ms() < formed + 2500) {
-        cr_assert_lt(tk_cluster_leader(&cl, 0, 1u << l), 0, "a forced domain serves during the hold");
+        cr_assert_lt(tk_cluster_leader(&cl, 0, 1u << l), 0,
+                     "a forced domain serves during the hold");
         usleep(50000);
     }
     uint64_t tok = acquire_by("new-lock", 1u << l, t0 + 20000);
     uint64_t served = tk_test_ms();
-    fprintf(stderr, "rejoin/force_new_domain: new domain %s formed %" PRIu64 " ms after the "
-                    "restarts, first grant after %" PRIu64 " ms (hold 3000 ms)\n",
+    fprintf(stderr,
+            "rejoin/force_new_domain: new domain %s formed %" PRIu64
+            " ms after the "
+            "restarts, first grant after %" PRIu64 " ms (hold 3000 ms)\n",
             d1, formed - t0, served - t0);
     cr_assert_geq(served - formed, 2800, "granted before the hold ran out");
     cr_assert_gt(tok, old_token, "the new domain's tokens must be larger");
@@ -867,11 +887,12 @@ Test(rejoin, repeated_restarts_keep_leader_rss_flat)
             rss20 = tk_cluster_rss_kib(&cl, first);
     }
     int cur = tk_cluster_leader(&cl, 5000, 0);
-    fprintf(stderr, "rejoin/rss: node %d (leader at start%s): VmRSS %ld KiB after restart 5, "
-                    "%ld KiB after restart 20 (growth %ld KiB); slowest /readyz %d ms; "
-                    "rounds led by another node: %d\n",
-            first, cur == first ? ", and now" : ", not now", rss5, rss20, rss20 - rss5,
-            worst_ready, moved);
+    fprintf(stderr,
+            "rejoin/rss: node %d (leader at start%s): VmRSS %ld KiB after restart 5, "
+            "%ld KiB after restart 20 (growth %ld KiB); slowest /readyz %d ms; "
+            "rounds led by another node: %d\n",
+            first, cur == first ? ", and now" : ", not now", rss5, rss20, rss20 - rss5, worst_ready,
+            moved);
     cr_assert_gt(rss5, 0);
     cr_assert_gt(rss20, 0);
     cr_assert_lt(rss20 - rss5, 8 * 1024, "leader RSS grew by %ld KiB over 15 restarts",

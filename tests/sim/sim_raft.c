@@ -627,9 +627,8 @@ int main(void)
         "%llu replacements (%llu of paused members that woke up, %llu learners restarted)\n",
         (unsigned long long)seeds, secs, (double)seeds / secs, (double)total_steps / secs,
         (unsigned long long)total_steps, (unsigned long long)commits, (unsigned long long)grants,
-        (unsigned long long)elections, (unsigned long long)snaps,
-        (unsigned long long)replacements, (unsigned long long)zombies,
-        (unsigned long long)learner_restarts);
+        (unsigned long long)elections, (unsigned long long)snaps, (unsigned long long)replacements,
+        (unsigned long long)zombies, (unsigned long long)learner_restarts);
     free(s);
     return 0;
 }

@@ -5,8 +5,8 @@
  * nodes must then exit cleanly on SIGTERM. Exit 0 pass, 1 fail. */
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

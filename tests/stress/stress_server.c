@@ -22,7 +22,7 @@
 
 static struct tk_node node;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int holder[KEYS];        /* client index + 1, 0 when free */
+static int holder[KEYS]; /* client index + 1, 0 when free */
 static uint64_t last_token[KEYS];
 static int failures;
 static uint64_t grants, timeouts;

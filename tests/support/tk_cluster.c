@@ -187,8 +187,7 @@ bool tk_cluster_domain(struct tk_cluster *c, int i, char out[33])
            tk_json_str(body, "domain", out, 33) && strlen(out) == 32;
 }
 
-int tk_cluster_members(struct tk_cluster *c, int i, struct tk_member *out, int cap,
-                       int *voters)
+int tk_cluster_members(struct tk_cluster *c, int i, struct tk_member *out, int cap, int *voters)
 {
     static char body[1 << 16];
     if (tk_cluster_status(c, i, body, sizeof(body)) != 200)

@@ -69,8 +69,7 @@ struct tk_member {
  * returns the number of members (and, if voters is not NULL, how many are
  * voters), or -1 if /status cannot be read. Ask the leader: its list is
  * the one with match/lag. */
-int tk_cluster_members(struct tk_cluster *c, int i, struct tk_member *out, int cap,
-                       int *voters);
+int tk_cluster_members(struct tk_cluster *c, int i, struct tk_member *out, int cap, int *voters);
 /* Counts of the same: members and voters in node i's /status; -1 on error. */
 int tk_cluster_count_members(struct tk_cluster *c, int i, int *voters);
 /* VmRSS of node i's process in KiB (from /proc/<pid>/status); -1 if it

@@ -16,8 +16,8 @@
 
 struct tk_node {
     pid_t pid;
-    uint32_t port;          /* client port; peer = port+1, admin = port+2 */
-    char dir[256];          /* temp dir with the secret files and the log */
+    uint32_t port; /* client port; peer = port+1, admin = port+2 */
+    char dir[256]; /* temp dir with the secret files and the log */
     char secret_file[300];
     char peer_secret_file[300];
     char log_file[300];

@@ -55,13 +55,13 @@ static struct tk_raft_member joiner(uint64_t id, int addr)
     return m;
 }
 
-#define expect_next(type_, id_)                                                        \
-    do {                                                                               \
-        uint64_t got_id;                                                               \
-        uint8_t got = tk_members_next(&C, &S, 3, &got_id);                             \
-        cr_assert_eq(got, (type_), "next change: got %u, want %u", got, (type_));      \
-        cr_assert_eq(got_id, (uint64_t)(id_), "on %llu, want %llu",                     \
-                     (unsigned long long)got_id, (unsigned long long)(id_));           \
+#define expect_next(type_, id_)                                                                 \
+    do {                                                                                        \
+        uint64_t got_id;                                                                        \
+        uint8_t got = tk_members_next(&C, &S, 3, &got_id);                                      \
+        cr_assert_eq(got, (type_), "next change: got %u, want %u", got, (type_));               \
+        cr_assert_eq(got_id, (uint64_t)(id_), "on %llu, want %llu", (unsigned long long)got_id, \
+                     (unsigned long long)(id_));                                                \
     } while (0)
 
 TestSuite(members, .init = three);
@@ -120,7 +120,7 @@ Test(members, a_superseded_learner_goes_first)
 
 Test(members, removals_come_before_promotions_elsewhere)
 {
-    add(8, 2, TK_RAFT_VOTER, 100); /* replaces 2: promoted already */
+    add(8, 2, TK_RAFT_VOTER, 100);   /* replaces 2: promoted already */
     add(9, 3, TK_RAFT_LEARNER, 100); /* replaces 3: caught up */
     expect_next(TK_RAFT_REMOVE, 2);
 }
