@@ -141,13 +141,20 @@ static int setup(struct tk_server *s, int argc, char **argv)
     s->nworkers = s->opt.threads ? s->opt.threads : (uint32_t)(cores > 0 ? cores : 1);
     if (s->nworkers > TK_WORKERS_MAX)
         s->nworkers = TK_WORKERS_MAX;
+    /* Descriptors beyond the client connections: 64 peer links, 64 admin
+     * connections and its listener, the listeners, rings, eventfds and
+     * log: 192 covers them with room. */
+    rlim_t want = (rlim_t)s->opt.max_connections + 192u;
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < s->opt.max_connections + 64u) {
-        rl.rlim_cur = TK_MIN(rl.rlim_max, (rlim_t)s->opt.max_connections + 64u);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+        rl.rlim_cur = TK_MIN(rl.rlim_max, want);
         setrlimit(RLIMIT_NOFILE, &rl);
         getrlimit(RLIMIT_NOFILE, &rl);
-        if (rl.rlim_cur < s->opt.max_connections + 64u)
-            tk_log(TK_LOG_WARN, "open-file limit %llu is below --max-connections %u",
+        if (rl.rlim_cur < want)
+            tk_log(TK_LOG_WARN,
+                   "open-file limit %llu is below --max-connections %u + 192 for "
+                   "peers, admin and the process itself: accepts will fail with "
+                   "EMFILE before the bound (raise the hard limit, ulimit -Hn)",
                    (unsigned long long)rl.rlim_cur, s->opt.max_connections);
     }
     return 0;
