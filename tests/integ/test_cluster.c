@@ -20,7 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tests/support/tk_cluster.h"
+#include "tests/support/tk_cluster_cr.h"
 
 static struct tk_cluster cl;
 static const char *const fast[] = {"--heartbeat-ms", "50", "--election-ms", "400", NULL};
@@ -31,30 +31,6 @@ static void teardown(void)
 }
 
 TestSuite(cluster, .fini = teardown, .timeout = 120);
-
-static struct tk_tc *open_node(int i)
-{
-    struct tk_tc *c = malloc(sizeof(*c));
-    cr_assert(c);
-    cr_assert_eq(tk_tc_open(c, cl.node[i].port, TK_TEST_SECRET), 0, "handshake with node %d", i);
-    return c;
-}
-
-static void drop(struct tk_tc *c)
-{
-    tk_tc_close(c);
-    free(c);
-}
-
-static uint64_t grant(struct tk_tc *c, uint64_t id)
-{
-    char line[256];
-    cr_assert(tk_tc_line(c, line, sizeof(line), 10000) >= 0, "no answer to %" PRIu64, id);
-    uint64_t gid, token;
-    cr_assert_eq(sscanf(line, "G %" SCNu64 " %" SCNu64, &gid, &token), 2, "got '%s'", line);
-    cr_assert_eq(gid, id);
-    return token;
-}
 
 static void expect(struct tk_tc *c, const char *want)
 {
@@ -101,15 +77,15 @@ Test(cluster, protocol_on_the_leader_is_replicated_to_every_node)
 {
     cr_assert_eq(tk_cluster_start(&cl, 3, fast), 0);
     int l = tk_cluster_leader(&cl, 5000, 0);
-    struct tk_tc *a = open_node(l), *b = open_node(l);
+    struct tk_tc *a = cr_open_node(&cl, l), *b = cr_open_node(&cl, l);
     tk_tc_send(a, "A 1 seat alice 30000 0\n");
-    uint64_t t1 = grant(a, 1);
+    uint64_t t1 = cr_grant(a, 1);
     tk_tc_send(b, "A 1 seat bob 30000 5000\n");
     tk_tc_send(a, "A 2 seat carol 30000 0\n");
     expect(a, "B 2");
     tk_tc_send(a, "R 3 seat alice %" PRIu64 "\n", t1);
     expect(a, "R 3");
-    uint64_t t2 = grant(b, 1);
+    uint64_t t2 = cr_grant(b, 1);
     cr_assert_gt(t2, t1);
     char q[128];
     snprintf(q, sizeof(q), "Q 4 bob %" PRIu64 " 0", t2);
@@ -120,8 +96,8 @@ Test(cluster, protocol_on_the_leader_is_replicated_to_every_node)
         await_metric(i, "ticketing_grants_total", 2);
         await_metric(i, "ticketing_held", 1);
     }
-    drop(a);
-    drop(b);
+    cr_drop(a);
+    cr_drop(b);
 }
 
 /* ---------------------------------------------------------------- */
@@ -184,12 +160,12 @@ static void *load_main(void *arg)
         if (n < 0 || line[0] == 'M' || line[0] == 'E') {
             /* Connection lost or redirected: the outcome is unknown;
              * reconnect to whoever leads now. */
-            drop(c);
+            cr_drop(c);
             c = NULL;
         }
     }
     if (c)
-        drop(c);
+        cr_drop(c);
     return NULL;
 }
 
@@ -230,9 +206,9 @@ static void run_kill_leader_under_load(int n, const char *const *args, uint64_t 
     int l = tk_cluster_leader(&cl, 5000, 0);
     leader_idx = l;
     /* A lock held across the failover, with a long lease. */
-    struct tk_tc *h = open_node(l);
+    struct tk_tc *h = cr_open_node(&cl, l);
     tk_tc_send(h, "A 1 survivor holder 120000 0\n");
-    uint64_t held = grant(h, 1);
+    uint64_t held = cr_grant(h, 1);
     pthread_t t[WORKERS];
     stop_load = 0;
     for (int i = 0; i < WORKERS; i++)
@@ -272,18 +248,18 @@ static void run_kill_leader_under_load(int n, const char *const *args, uint64_t 
         pthread_join(t[i], NULL);
     cr_assert_gt(nhist, before, "no grants after the failover");
     /* The held lock and its token survived; new tokens are larger. */
-    struct tk_tc *q = open_node(nl);
+    struct tk_tc *q = cr_open_node(&cl, nl);
     char want[128];
     snprintf(want, sizeof(want), "Q 1 holder %" PRIu64 " 0", held);
     tk_tc_send(q, "Q 1 survivor\n");
     expect(q, want);
     tk_tc_send(q, "A 2 fresh-key x 1000 0\n");
-    uint64_t after = grant(q, 2);
+    uint64_t after = cr_grant(q, 2);
     cr_assert_gt(after, max_token_before_kill);
     cr_assert_gt(after, held);
     check_history();
-    drop(q);
-    drop(h);
+    cr_drop(q);
+    cr_drop(h);
 }
 
 Test(cluster, kill9_leader_under_load_tuned)
@@ -303,10 +279,10 @@ Test(cluster, five_nodes_survive_two_failures)
 {
     cr_assert_eq(tk_cluster_start(&cl, 5, fast), 0);
     int l = tk_cluster_leader(&cl, 5000, 0);
-    struct tk_tc *c = open_node(l);
+    struct tk_tc *c = cr_open_node(&cl, l);
     tk_tc_send(c, "A 1 k a 60000 0\n");
-    uint64_t t1 = grant(c, 1);
-    drop(c);
+    uint64_t t1 = cr_grant(c, 1);
+    cr_drop(c);
     unsigned dead = 0;
     for (int round = 0; round < 2; round++) {
         kill(cl.node[l].pid, SIGKILL);
@@ -315,14 +291,14 @@ Test(cluster, five_nodes_survive_two_failures)
         dead |= 1u << l;
         l = tk_cluster_leader(&cl, 10000, dead);
         cr_assert_geq(l, 0, "no leader after %d failures", round + 1);
-        c = open_node(l);
+        c = cr_open_node(&cl, l);
         char want[128];
         snprintf(want, sizeof(want), "Q 1 a %" PRIu64 " 0", t1);
         tk_tc_send(c, "Q 1 k\n");
         expect(c, want);
         tk_tc_send(c, "A 2 other-%d b 1000 0\n", round);
-        cr_assert_gt(grant(c, 2), t1);
-        drop(c);
+        cr_assert_gt(cr_grant(c, 2), t1);
+        cr_drop(c);
     }
 }
 
@@ -330,9 +306,9 @@ Test(cluster, sigstop_leader_steps_down_after_sigcont_and_grants_nothing)
 {
     cr_assert_eq(tk_cluster_start(&cl, 3, fast), 0);
     int l = tk_cluster_leader(&cl, 5000, 0);
-    struct tk_tc *h = open_node(l), *w = open_node(l);
+    struct tk_tc *h = cr_open_node(&cl, l), *w = cr_open_node(&cl, l);
     tk_tc_send(h, "A 1 k holder 60000 0\n");
-    uint64_t t1 = grant(h, 1);
+    uint64_t t1 = cr_grant(h, 1);
     /* A waiter queued on the old leader, which will be paused. */
     tk_tc_send(w, "A 1 k waiter 60000 30000\n");
     usleep(100000);
@@ -340,11 +316,11 @@ Test(cluster, sigstop_leader_steps_down_after_sigcont_and_grants_nothing)
     int nl = tk_cluster_leader(&cl, 10000, 1u << l);
     cr_assert_geq(nl, 0);
     /* The new leader releases the key and grants it to someone else. */
-    struct tk_tc *n = open_node(nl);
+    struct tk_tc *n = cr_open_node(&cl, nl);
     tk_tc_send(n, "R 1 k holder %" PRIu64 "\n", t1);
     expect(n, "R 1");
     tk_tc_send(n, "A 2 k newcomer 60000 0\n");
-    uint64_t t2 = grant(n, 2);
+    uint64_t t2 = cr_grant(n, 2);
     kill(cl.node[l].pid, SIGCONT);
     /* The old leader must never grant the key to its waiter: its waiter
      * sees M (or a close), never G. */
@@ -365,9 +341,9 @@ Test(cluster, sigstop_leader_steps_down_after_sigcont_and_grants_nothing)
     snprintf(q, sizeof(q), "Q 3 newcomer %" PRIu64 " 0", t2);
     tk_tc_send(n, "Q 3 k\n");
     expect(n, q);
-    drop(h);
-    drop(w);
-    drop(n);
+    cr_drop(h);
+    cr_drop(w);
+    cr_drop(n);
 }
 
 Test(cluster, two_of_three_paused_no_grant_until_one_returns)
@@ -375,7 +351,7 @@ Test(cluster, two_of_three_paused_no_grant_until_one_returns)
     cr_assert_eq(tk_cluster_start(&cl, 3, fast), 0);
     int l = tk_cluster_leader(&cl, 5000, 0);
     int f1 = (l + 1) % 3, f2 = (l + 2) % 3;
-    struct tk_tc *c = open_node(l);
+    struct tk_tc *c = cr_open_node(&cl, l);
     kill(cl.node[f1].pid, SIGSTOP);
     kill(cl.node[f2].pid, SIGSTOP);
     tk_tc_send(c, "A 1 k x 30000 5000\n");
@@ -383,7 +359,7 @@ Test(cluster, two_of_three_paused_no_grant_until_one_returns)
     int r = tk_tc_line(c, line, sizeof(line), 3000);
     cr_assert(r == -2 || (r >= 0 && line[0] == 'M') || r == -1, "granted without a majority: '%s'",
               r >= 0 ? line : "");
-    drop(c);
+    cr_drop(c);
     /* Without a majority nobody serves. */
     usleep(500000);
     cr_assert_lt(tk_cluster_leader(&cl, 500, 0), 0, "a leader serves without a majority");
@@ -392,10 +368,10 @@ Test(cluster, two_of_three_paused_no_grant_until_one_returns)
     cr_assert_geq(nl, 0, "no leader once a majority is back");
     /* The first acquire may still commit now (it was in the old leader's
      * log; its client was told nothing definite), so use another key. */
-    c = open_node(nl);
+    c = cr_open_node(&cl, nl);
     tk_tc_send(c, "A 2 k2 y 30000 5000\n");
-    grant(c, 2);
-    drop(c);
+    cr_grant(c, 2);
+    cr_drop(c);
     kill(cl.node[f2].pid, SIGCONT);
 }
 
@@ -425,21 +401,21 @@ Test(cluster, lagging_follower_catches_up_by_snapshot)
     int l = tk_cluster_leader(&cl, 5000, 0);
     int lag = (l + 1) % 3;
     kill(cl.node[lag].pid, SIGSTOP);
-    struct tk_tc *c = open_node(l);
+    struct tk_tc *c = cr_open_node(&cl, l);
     /* Hold 20 keys, then churn far past the log bound. */
     for (int i = 0; i < 20; i++) {
         tk_tc_send(c, "A %d held-%d h 120000 0\n", i + 1, i);
-        grant(c, (uint64_t)i + 1);
+        cr_grant(c, (uint64_t)i + 1);
     }
     for (int i = 0; i < 300; i++) {
         tk_tc_send(c, "A %d churn x 30000 0\n", 1000 + i);
-        uint64_t t = grant(c, (uint64_t)1000 + i);
+        uint64_t t = cr_grant(c, (uint64_t)1000 + i);
         tk_tc_send(c, "R %d churn x %" PRIu64 "\n", 5000 + i, t);
         char want[32];
         snprintf(want, sizeof(want), "R %d", 5000 + i);
         expect(c, want);
     }
-    drop(c);
+    cr_drop(c);
     kill(cl.node[lag].pid, SIGCONT);
     await_metric(lag, "ticketing_raft_snapshots_installed_total", 1);
     await_metric(lag, "ticketing_held", 20);

@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tests/support/tk_cluster.h"
+#include "tests/support/tk_cluster_cr.h"
 
 static struct tk_cluster cl;
 static const char *const fast[] = {"--heartbeat-ms", "50", "--election-ms", "400", NULL};
@@ -49,30 +49,6 @@ TestSuite(rejoin, .init = setup, .fini = teardown, .timeout = 180);
 
 /* ---------------------------------------------------------------- */
 /* Helpers. */
-
-static struct tk_tc *open_node(int i)
-{
-    struct tk_tc *c = malloc(sizeof(*c));
-    cr_assert(c);
-    cr_assert_eq(tk_tc_open(c, cl.node[i].port, TK_TEST_SECRET), 0, "handshake with node %d", i);
-    return c;
-}
-
-static void drop(struct tk_tc *c)
-{
-    tk_tc_close(c);
-    free(c);
-}
-
-static uint64_t grant(struct tk_tc *c, uint64_t id)
-{
-    char line[256];
-    cr_assert(tk_tc_line(c, line, sizeof(line), 10000) >= 0, "no answer to %" PRIu64, id);
-    uint64_t gid, token;
-    cr_assert_eq(sscanf(line, "G %" SCNu64 " %" SCNu64, &gid, &token), 2, "got '%s'", line);
-    cr_assert_eq(gid, id);
-    return token;
-}
 
 static void kill9(int i)
 {
@@ -242,13 +218,13 @@ static void expect_held(const char *key, const char *owner, uint64_t token, unsi
 {
     int l = tk_cluster_leader(&cl, 5000, skip);
     cr_assert_geq(l, 0, "no leader for Q");
-    struct tk_tc *q = open_node(l);
+    struct tk_tc *q = cr_open_node(&cl, l);
     char line[256], want[256];
     tk_tc_send(q, "Q 7 %s\n", key);
     cr_assert(tk_tc_line(q, line, sizeof(line), 10000) >= 0, "no answer to Q");
     snprintf(want, sizeof(want), "Q 7 %s %" PRIu64 " 0", owner, token);
     cr_assert_str_eq(line, want, "the held lock changed");
-    drop(q);
+    cr_drop(q);
 }
 
 static void expect_domain_everywhere(const char *dom, unsigned skip)
@@ -272,9 +248,9 @@ Test(rejoin, kill9_follower_rejoins_as_voter_and_majority_survives_another_loss)
     char dom[33];
     domain_of(l, dom);
     cr_assert_str_neq(dom, zero_domain);
-    struct tk_tc *h = open_node(l);
+    struct tk_tc *h = cr_open_node(&cl, l);
     tk_tc_send(h, "A 1 held holder 240000 0\n");
-    uint64_t held = grant(h, 1);
+    uint64_t held = cr_grant(h, 1);
 
     int f = (l + 1) % 3;
     uint64_t old_id = tk_cluster_node_id(&cl, f);
@@ -310,7 +286,7 @@ Test(rejoin, kill9_follower_rejoins_as_voter_and_majority_survives_another_loss)
     cr_assert_gt(tok, held);
     expect_held("held", "holder", held, 1u << o);
     expect_domain_everywhere(dom, 1u << o);
-    drop(h);
+    cr_drop(h);
     passed = true;
 }
 
@@ -320,10 +296,10 @@ Test(rejoin, kill9_leader_rejoins)
     int l = tk_cluster_leader(&cl, 5000, 0);
     char dom[33];
     domain_of(l, dom);
-    struct tk_tc *h = open_node(l);
+    struct tk_tc *h = cr_open_node(&cl, l);
     tk_tc_send(h, "A 1 held holder 240000 0\n");
-    uint64_t held = grant(h, 1);
-    drop(h);
+    uint64_t held = cr_grant(h, 1);
+    cr_drop(h);
 
     uint64_t old_id = tk_cluster_node_id(&cl, l);
     cr_assert_neq(old_id, 0);
@@ -575,10 +551,10 @@ static void rolling_restart_under_load(int n)
     int l = tk_cluster_leader(&cl, 5000, 0);
     char dom[33];
     domain_of(l, dom);
-    struct tk_tc *h = open_node(l);
+    struct tk_tc *h = cr_open_node(&cl, l);
     tk_tc_send(h, "A 1 long-held holder 240000 0\n");
-    uint64_t held = grant(h, 1);
-    drop(h);
+    uint64_t held = cr_grant(h, 1);
+    cr_drop(h);
 
     hist = calloc(EV_MAX, sizeof(*hist));
     cr_assert(hist);
@@ -712,7 +688,7 @@ Test(rejoin, two_of_three_lost_no_grant_no_bootstrap)
     restart(f2, id2);
     /* The old leader has no majority: it steps down within about an
      * election timeout (check-quorum). An acquire sent now never commits. */
-    struct tk_tc *early = open_node(l);
+    struct tk_tc *early = cr_open_node(&cl, l);
     tk_tc_send(early, "A 1 lost-early x 30000 5000\n");
     uint64_t down_by = tk_test_ms() + 3000;
     while (tk_cluster_leader(&cl, 0, 0) >= 0 && tk_test_ms() < down_by)
@@ -764,7 +740,7 @@ Test(rejoin, two_of_three_lost_no_grant_no_bootstrap)
     int r;
     while ((r = tk_tc_line(early, line, sizeof(line), 0)) >= 0)
         cr_assert_neq(line[0], 'G', "the old leader granted without a majority: '%s'", line);
-    drop(early);
+    cr_drop(early);
     for (int i = 0; i < 3; i++) {
         uint64_t g = 0;
         cr_assert_eq(tk_http_get(cl.node[i].port + 2, "/metrics", body, sizeof(body)), 200);
@@ -784,10 +760,10 @@ Test(rejoin, two_of_three_lost_force_new_domain_recovers_after_the_hold)
     int l = tk_cluster_leader(&cl, 5000, 0);
     char dom[33];
     domain_of(l, dom);
-    struct tk_tc *h = open_node(l);
+    struct tk_tc *h = cr_open_node(&cl, l);
     tk_tc_send(h, "A 1 old-lock holder 240000 0\n");
-    uint64_t old_token = grant(h, 1);
-    drop(h);
+    uint64_t old_token = cr_grant(h, 1);
+    cr_drop(h);
     int f1 = (l + 1) % 3, f2 = (l + 2) % 3;
     kill9(f1);
     kill9(f2);
