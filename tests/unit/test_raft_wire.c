@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "raft/wire.h"
+#include "tests/support/wire_sample.h"
 
 static struct tk_raft_entry ENTRIES[16];
 static struct tk_wire_scratch S;
@@ -23,19 +24,7 @@ static void setup(void)
 {
     S.entries = ENTRIES;
     S.entries_cap = 16;
-    memset(&CFG, 0, sizeof(CFG));
-    CFG.domain_lo = 7;
-    CFG.domain_hi = 8;
-    CFG.serve_after_us = 1796285189000000ull;
-    CFG.n = 2;
-    CFG.m[0].id = 11;
-    CFG.m[0].role = TK_RAFT_VOTER;
-    strcpy(CFG.m[0].peer_addr, "a:1");
-    strcpy(CFG.m[0].client_addr, "a:2");
-    CFG.m[1].id = 12;
-    CFG.m[1].role = TK_RAFT_LEARNER;
-    strcpy(CFG.m[1].peer_addr, "b:1");
-    strcpy(CFG.m[1].client_addr, "b:2");
+    tk_wire_sample_config(&CFG);
 }
 
 TestSuite(raft_wire, .init = setup);
@@ -46,103 +35,9 @@ static struct tk_raft_str str(const char *s)
     return r;
 }
 
-static const uint8_t DATA[] = "some batch bytes";
-static struct tk_raft_entry SRC_ENTRIES[3];
-
-/* One valid frame of each type. */
 static struct tk_wire_frame sample(uint8_t type)
 {
-    struct tk_wire_frame f;
-    memset(&f, 0, sizeof(f));
-    f.domain_lo = 0x0102030405060708ull;
-    f.domain_hi = 0x1112131415161718ull;
-    f.msg.type = type;
-    f.msg.from = 0xabcdef;
-    f.msg.term = 77;
-    struct tk_raft_msg *m = &f.msg;
-    switch (type) {
-        case TK_RAFT_MSG_PREVOTE:
-        case TK_RAFT_MSG_VOTE:
-            m->vote.last_index = 1000;
-            m->vote.last_term = 76;
-            m->vote.transfer = 1;
-            break;
-        case TK_RAFT_MSG_VOTE_REPLY:
-            m->vote_reply.pre = 1;
-            m->vote_reply.granted = 1;
-            break;
-        case TK_RAFT_MSG_APPEND:
-            m->append.prev_index = 41;
-            m->append.prev_term = 70;
-            m->append.commit = 40;
-            m->append.seq = 5;
-            for (uint32_t i = 0; i < 3; i++) {
-                struct tk_raft_entry *e = &SRC_ENTRIES[i];
-                memset(e, 0, sizeof(*e));
-                e->index = 42 + i;
-                e->term = 77;
-                e->type = i == 0 ? TK_RAFT_NOOP : TK_RAFT_DATA;
-                e->token_first = 900 + i;
-                e->token_count = i == 0 ? 0 : 1;
-                e->len = i == 0 ? 0 : (uint32_t)sizeof(DATA);
-                e->data = i == 0 ? NULL : DATA;
-            }
-            m->append.n = 3;
-            m->append.entries = SRC_ENTRIES;
-            break;
-        case TK_RAFT_MSG_APPEND_REPLY:
-            m->append_reply.success = 1;
-            m->append_reply.index = 44;
-            m->append_reply.hint = 3;
-            m->append_reply.seq = 5;
-            break;
-        case TK_RAFT_MSG_SNAPSHOT:
-            m->snapshot.index = 500;
-            m->snapshot.term = 70;
-            m->snapshot.token_next = 123456;
-            m->snapshot.total = 100;
-            m->snapshot.offset = 50;
-            m->snapshot.len = sizeof(DATA);
-            m->snapshot.data = DATA;
-            m->snapshot.config = &CFG;
-            break;
-        case TK_RAFT_MSG_SNAPSHOT_REPLY:
-            m->snapshot_reply.index = 500;
-            m->snapshot_reply.offset = 67;
-            m->snapshot_reply.done = 1;
-            break;
-        case TK_RAFT_MSG_TIMEOUT_NOW:
-            break;
-        case TK_RAFT_MSG_JOIN:
-            m->join.peer_addr = str("10.0.0.9:7401");
-            m->join.client_addr = str("10.0.0.9:7400");
-            break;
-        case TK_RAFT_MSG_JOIN_REPLY:
-            m->join_reply.status = TK_RAFT_JOIN_REMOVED;
-            m->join_reply.leader_id = 99;
-            m->join_reply.leader_peer_addr = str("leader:7401");
-            break;
-        case TK_RAFT_MSG_PROBE:
-            m->probe.peers_hash = 0xfeed;
-            m->probe.peer_addr = str("me:7401");
-            m->probe.client_addr = str("me:7400");
-            m->probe.flags = TK_RAFT_PROBE_FORCE;
-            break;
-        case TK_RAFT_MSG_PROBE_REPLY:
-            m->probe_reply.flags = TK_RAFT_PROBE_MEMBER;
-            m->probe_reply.peers_hash = 0xfeed;
-            m->probe_reply.leader_id = 99;
-            m->probe_reply.leader_peer_addr = str("leader:7401");
-            m->probe_reply.leader_client_addr = str("");
-            m->probe_reply.token_next = 1796284995487521ull;
-            break;
-        case TK_RAFT_MSG_REMOVE:
-            m->remove.id = 0x1234567890abcdefull;
-            break;
-        default:
-            cr_assert_fail("type");
-    }
-    return f;
+    return tk_wire_sample(type, &CFG);
 }
 
 static size_t encode(const struct tk_wire_frame *f)
