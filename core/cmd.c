@@ -74,6 +74,11 @@ static uint64_t get_u64(const uint8_t *p)
 
 #define CMD_HEADER_LEN 24
 
+size_t tk_cmd_size(const struct tk_cmd *c)
+{
+    return CMD_HEADER_LEN + (size_t)c->key_len + c->owner_len;
+}
+
 size_t tk_cmd_encode(const struct tk_cmd *c, uint8_t *buf, size_t cap)
 {
     TK_ASSERT(tk_cmd_check(c) == TK_OK);

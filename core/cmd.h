@@ -45,6 +45,9 @@ static inline bool tk_cmd_grants(const struct tk_cmd *c)
  * present where the type needs them). Returns TK_OK or TK_EINVAL. */
 int tk_cmd_check(const struct tk_cmd *c);
 
+/* Bytes tk_cmd_encode() writes for a valid command. */
+size_t tk_cmd_size(const struct tk_cmd *c);
+
 /* Appends the encoding of a valid command to buf. Returns the number of bytes
  * written, or 0 if cap is too small. */
 size_t tk_cmd_encode(const struct tk_cmd *c, uint8_t *buf, size_t cap);

@@ -9,7 +9,7 @@
 /* Bytes of a command's fixed header (core/cmd.c), and of the shortest GRANT:
  * that header, a one-byte key and a one-byte owner. */
 #define SNAP_CMD_HEADER_LEN (TK_CMD_ENCODED_MAX - TK_KEY_LEN_MAX - TK_OWNER_LEN_MAX)
-#define SNAP_RECORD_MIN (SNAP_CMD_HEADER_LEN + 2)
+#define SNAP_RECORD_MIN (4 + SNAP_CMD_HEADER_LEN + 2)
 
 _Static_assert(sizeof(TK_SNAP_MAGIC) - 1 == TK_SNAP_MAGIC_LEN, "magic length");
 _Static_assert(TK_SNAP_HEADER_LEN == TK_SNAP_MAGIC_LEN + 8, "magic and u64 count");
@@ -24,18 +24,43 @@ int tk_snap_header(const uint8_t *blob, size_t len, uint64_t *count, size_t *pos
     return TK_OK;
 }
 
-int tk_snap_next(const uint8_t *blob, size_t len, size_t *pos, struct tk_cmd *out)
+int tk_snap_next(const uint8_t *blob,
+                 size_t len,
+                 size_t *pos,
+                 struct tk_cmd *out,
+                 uint32_t *left_ms)
 {
     TK_ASSERT(*pos <= len);
+    if (len - *pos < 4)
+        return TK_EPROTO;
+    const uint8_t *p = blob + *pos;
+    uint32_t left =
+        (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
     struct tk_cmd c;
     size_t used = 0;
-    if (tk_cmd_decode(blob + *pos, len - *pos, &c, &used) != TK_OK)
+    if (tk_cmd_decode(p + 4, len - *pos - 4, &c, &used) != TK_OK)
         return TK_EPROTO;
-    if (c.type != TK_CMD_GRANT || c.token == 0)
+    if (c.type != TK_CMD_GRANT || c.token == 0 || left < 1 || left > c.lease_ms)
         return TK_EPROTO;
     *out = c;
-    *pos += used;
+    if (left_ms != NULL)
+        *left_ms = left;
+    *pos += 4 + used;
     return TK_OK;
+}
+
+size_t tk_snap_put(uint8_t *buf, size_t cap, const struct tk_cmd *grant, uint32_t left_ms)
+{
+    TK_ASSERT(grant->type == TK_CMD_GRANT && grant->token != 0);
+    TK_ASSERT(left_ms >= 1 && left_ms <= grant->lease_ms);
+    if (cap < 4)
+        return 0;
+    size_t n = tk_cmd_encode(grant, buf + 4, cap - 4);
+    if (n == 0)
+        return 0;
+    for (int i = 0; i < 4; i++)
+        buf[i] = (uint8_t)(left_ms >> (8 * i));
+    return n + 4;
 }
 
 /* The key index of tk_snap_check(): open addressing over record offsets
@@ -53,7 +78,7 @@ static bool snap_keys_add(struct snap_keys *k,
 {
     size_t h = (size_t)tk_hash(c->key, c->key_len) & k->mask;
     while (k->slot[h] != 0) {
-        const uint8_t *o = blob + k->slot[h] - 1;
+        const uint8_t *o = blob + k->slot[h] - 1 + 4;
         if (o[1] == c->key_len && memcmp(o + SNAP_CMD_HEADER_LEN, c->key, c->key_len) == 0)
             return false;
         h = (h + 1) & k->mask;
@@ -74,7 +99,7 @@ int tk_snap_check(const uint8_t *blob,
     uint64_t n = 0;
     size_t pos = 0;
     if (tk_snap_header(blob, len, &n, &pos) != TK_OK) {
-        *why = "no TKSNAP01 header";
+        *why = "no " TK_SNAP_MAGIC " header";
         return TK_EPROTO;
     }
     /* The count bounds the key index, so it is checked against what the
@@ -100,8 +125,8 @@ int tk_snap_check(const uint8_t *blob,
     for (uint64_t i = 0; i < n && rc == TK_OK; i++) {
         size_t at = pos;
         struct tk_cmd c;
-        if (tk_snap_next(blob, len, &pos, &c) != TK_OK) {
-            *why = "a record is not a valid GRANT with a token";
+        if (tk_snap_next(blob, len, &pos, &c, NULL) != TK_OK) {
+            *why = "a record is not a valid GRANT with a token and the lease left";
             rc = TK_EPROTO;
         } else if (c.token <= last) {
             *why = "tokens not strictly increasing";

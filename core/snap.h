@@ -1,8 +1,11 @@
 /* The snapshot blob of the lock state: what the Raft thread cuts from every
- * shard and what a follower installs (net/raftd.c).
+ * shard and what a follower installs (raft/driver.c).
  *
- *     "TKSNAP01" | u64 count | count x GRANT encoding (core/cmd.h)
+ *     "TKSNAP02" | u64 count | count x (u32 left_ms | GRANT encoding)
  *
+ * left_ms (little-endian) is what was left of the holder's lease when its
+ * shard cut the snapshot, 1..lease_ms: an install counts that, not a fresh
+ * lease, so a holder's lease is not stretched by install + failover.
  * count is in host byte order, as the Raft thread writes it (little-endian
  * on every supported target). One GRANT per held key, keys distinct, tokens
  * non-zero and strictly increasing (the blob is merged in token order), and
@@ -21,7 +24,7 @@
 #include "core/cmd.h"
 #include "core/tk.h"
 
-#define TK_SNAP_MAGIC "TKSNAP01"
+#define TK_SNAP_MAGIC "TKSNAP02"
 #define TK_SNAP_MAGIC_LEN 8
 #define TK_SNAP_HEADER_LEN 16
 
@@ -31,10 +34,20 @@
 int tk_snap_header(const uint8_t *blob, size_t len, uint64_t *count, size_t *pos);
 
 /* Decodes the record at *pos into *out and advances *pos past it. The record
- * must be a well-formed GRANT (tk_cmd_check) with a non-zero token. Returns
+ * must be a well-formed GRANT (tk_cmd_check) with a non-zero token and
+ * 1 <= left_ms <= lease_ms; *left_ms (may be NULL) gets the latter. Returns
  * TK_OK, or TK_EPROTO for a truncated or malformed record or another command
  * type (then *pos and *out are untouched). *pos must be at most len. */
-int tk_snap_next(const uint8_t *blob, size_t len, size_t *pos, struct tk_cmd *out);
+int tk_snap_next(const uint8_t *blob,
+                 size_t len,
+                 size_t *pos,
+                 struct tk_cmd *out,
+                 uint32_t *left_ms);
+
+/* Writes one record (left_ms, then the GRANT) into buf; returns its length,
+ * or 0 if cap is too small. */
+size_t tk_snap_put(uint8_t *buf, size_t cap, const struct tk_cmd *grant, uint32_t left_ms);
+#define TK_SNAP_RECORD_MAX (4 + TK_CMD_ENCODED_MAX)
 
 /* Checks a whole blob: the header, exactly count records each accepted by
  * tk_snap_next(), tokens strictly increasing and all below token_next (the

@@ -174,7 +174,7 @@ void conn_close(struct tk_worker *w, struct conn *c)
     c->state = CONN_CLOSING;
     c->in.len = 0;
     if (was_ready)
-        worker_client_closed(w, tk_client_ref(w->idx, c->slot, c->gen));
+        tk_shard_client_closed(w->shard, tk_client_ref(w->idx, c->slot, c->gen));
     if (c->out.len == 0)
         cancel_recv(w, c);
     mark_dirty(w, c); /* flush decides when to release */
@@ -293,20 +293,24 @@ void conn_on_accept(struct tk_worker *w, int fd)
     arm_recv(w, c);
 }
 
-void conn_deliver(struct tk_worker *w, const struct tk_lock_reply *r)
+/* The shard owning the key could not take a request: it stepped down (M)
+ * or a bound of its own was hit (E - overload). */
+void conn_refused(struct tk_worker *w, uint64_t client, uint8_t reason)
+{
+    struct conn *c = conn_get(w, tk_client_slot(client), tk_client_gen(client));
+    if (!c || c->state != CONN_READY)
+        return;
+    if (reason == TK_REFUSE_MOVED)
+        conn_moved(w, c);
+    else
+        conn_overload(w, c);
+}
+
+void conn_deliver(struct tk_worker *w, const struct tk_msg_reply *r)
 {
     struct conn *c = conn_get(w, tk_client_slot(r->client), tk_client_gen(r->client));
     if (!c || c->state != CONN_READY)
         return; /* the connection closed meanwhile; its outcome is Indeterminate */
-    if (r->type == 'M' || r->type == 'X') {
-        /* The shard could not take a forwarded request: it stepped down
-         * (M) or a bound of its own was hit (E - overload). */
-        if (r->type == 'M')
-            conn_moved(w, c);
-        else
-            conn_overload(w, c);
-        return;
-    }
     char line[160];
     size_t n;
     switch (r->type) {
@@ -361,14 +365,14 @@ static void handle_request_line(struct tk_worker *w, struct conn *c, const char 
     w->stat[req.type == 'A'   ? TK_WSTAT_req_acquire
             : req.type == 'R' ? TK_WSTAT_req_release
                               : TK_WSTAT_req_query]++;
-    struct tk_lock_req lr = {
+    struct tk_msg_req lr = {
         .type = req.type,
         .client = tk_client_ref(w->idx, c->slot, c->gen),
         .id = req.id,
         .key = req.key,
-        .key_len = req.key_len,
+        .key_len = (uint8_t)req.key_len,
         .owner = req.owner,
-        .owner_len = req.owner_len,
+        .owner_len = (uint8_t)req.owner_len,
         .lease_ms = req.lease_ms,
         .wait_ms = req.wait_ms,
         .token = req.token,
@@ -376,7 +380,7 @@ static void handle_request_line(struct tk_worker *w, struct conn *c, const char 
     c->inflight++;
     if (c->inflight == w->s->opt.max_inflight)
         w->stat[TK_WSTAT_inflight_paused]++;
-    worker_route(w, &lr);
+    tk_shard_request(w->shard, w->now_us, &lr);
 }
 
 static void handle_auth_line(struct tk_worker *w, struct conn *c, const char *line, size_t len)

@@ -11,20 +11,13 @@
 
 #include "net/peer.h"
 #include "net/server.h"
+#include "raft/driver.h"
 #include "raft/raft.h"
 
-#define BATCH_CMDS_MAX 4096
-#define BATCH_BYTES_MAX (4 + BATCH_CMDS_MAX * TK_CMD_ENCODED_MAX)
-#define TOKEN_EPOCH_US UINT64_C(1767225600000000) /* 2026-01-01T00:00:00Z */
 #define PROBE_PERIOD_US 250000u
 #define PROBE_FRESH_US 1500000u
 #define STATUS_PERIOD_US 100000u
-#define READ_GROUPS_MAX 1024
-#define PENDING_MAX 8192
-#define SNAP_MAGIC "TKSNAP01"
 #define DRAIN_TRANSFER_US 3000000u
-
-_Static_assert(BATCH_BYTES_MAX <= TK_RAFT_ENTRY_BYTES_MAX, "a full batch must fit one entry");
 
 struct hist {
     _Atomic uint64_t bucket[16];
@@ -42,16 +35,6 @@ struct peer_info { /* what probes told us about a configured peer (bootstrap) */
     bool forced;         /* its PROBE says --force-new-domain */
     bool leader_known;   /* its last PROBE_REPLY named a leader */
     uint64_t token_next; /* its fencing counter, from its last PROBE_REPLY */
-};
-
-struct read_group {
-    uint64_t id;
-    uint64_t round[TK_WORKERS_MAX];
-};
-
-struct pending_entry { /* commit-latency bookkeeping of entries this leader proposed */
-    uint64_t index;
-    uint64_t proposed_us;
 };
 
 struct tk_raftd {
@@ -85,35 +68,9 @@ struct tk_raftd {
     uint64_t members_at;                     /* leader: next membership step */
     _Atomic uint64_t m_joins, m_changes;
 
-    /* Driver state. */
+    /* The pure logic of this thread (raft/driver.h); core is its Raft core. */
+    struct tk_driver *d;
     uint64_t now;
-    uint64_t applied;
-    bool leader_ready;
-    uint64_t epoch;
-    uint64_t role_leader_id; /* leader announced to the workers */
-    char leader_client[TK_ADDR_MAX];
-
-    /* The batch being built. */
-    uint8_t *batch;
-    size_t batch_len;
-    uint32_t batch_cmds, batch_tokens;
-    uint64_t batch_oldest_us;
-    uint64_t batch_epoch;
-
-    /* Read barriers. */
-    uint64_t want_round[TK_WORKERS_MAX];
-    struct read_group groups[READ_GROUPS_MAX];
-    uint32_t groups_head, groups_len;
-    uint64_t next_read_id;
-
-    /* Snapshot in progress. */
-    bool snap_busy;
-    uint64_t snap_index;
-    uint32_t snap_parts;
-    struct tk_msg_snap_part parts[TK_WORKERS_MAX];
-
-    struct pending_entry pending[PENDING_MAX];
-    uint32_t pend_head, pend_len;
 
     /* Published for the admin thread. */
     pthread_mutex_t pub_mu;
@@ -121,7 +78,6 @@ struct tk_raftd {
     char raft_metrics[16384];
     uint64_t pub_at;
     _Atomic int ready;
-    _Atomic uint64_t m_commands, m_entries, m_last_snapshot_bytes;
     struct hist batch_hist;
     struct hist latency;
 };
@@ -139,7 +95,6 @@ enum raftd_membership {
 
 /* net/raftd.c */
 void raftd_process(struct tk_raftd *r, int rc, struct tk_raft_update *up);
-void raftd_send_role(struct tk_raftd *r, bool leader);
 uint64_t raftd_random_u64(void);
 
 /* net/raftd_peers.c */
@@ -153,8 +108,8 @@ const char *raftd_membership_name(uint8_t m);
 int raftd_parse_peers(struct tk_raftd *r);
 
 /* net/raftd_status.c */
-enum { RAFTD_HIST_BATCH, RAFTD_HIST_LATENCY };
-void raftd_hist_add(struct tk_raftd *r, int which, uint64_t v);
+enum { RAFTD_HIST_BATCH = TK_DRIVER_SAMPLE_BATCH, RAFTD_HIST_LATENCY = TK_DRIVER_SAMPLE_LATENCY };
+void raftd_hist_add(void *raftd, int which, uint64_t v);
 void raftd_publish(struct tk_raftd *r);
 
 #endif

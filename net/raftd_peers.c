@@ -175,10 +175,7 @@ static void on_probe_reply(struct tk_raftd *r, const struct tk_wire_frame *f)
             /* Until we are in: point clients at that domain's leader. */
             char addr[TK_ADDR_MAX];
             copy_str(addr, sizeof(addr), &m->probe_reply.leader_client_addr);
-            if (strcmp(addr, r->leader_client) != 0) {
-                snprintf(r->leader_client, sizeof(r->leader_client), "%s", addr);
-                raftd_send_role(r, false);
-            }
+            tk_driver_point_clients(r->d, addr);
         }
     }
 }
@@ -250,7 +247,7 @@ static void on_join(struct tk_raftd *r, struct tk_plink *l, const struct tk_raft
 static void on_remove(struct tk_raftd *r, struct tk_plink *l, const struct tk_raft_msg *m)
 {
     const struct tk_raft_config *c = tk_raft_config(r->core);
-    if (tk_raft_role(r->core) != TK_RAFT_LEADER || !c || !r->leader_ready) {
+    if (tk_raft_role(r->core) != TK_RAFT_LEADER || !c || !tk_driver_serving(r->d)) {
         send_join_reply(r, l, m->from, TK_RAFT_JOIN_NOT_LEADER);
         return;
     }
@@ -408,12 +405,6 @@ static void bootstrap(struct tk_raftd *r,
                       uint64_t token_floor,
                       uint64_t serve_after_us)
 {
-    uint64_t wall = tk_wall_us();
-    if (wall < TOKEN_EPOCH_US) {
-        tk_log(TK_LOG_ERROR, "wall clock reads before 2026-01-01; refusing to bootstrap");
-        return;
-    }
-    uint64_t first = TK_MAX(wall, token_floor);
     struct tk_raft_config c = {.domain_lo = raftd_random_u64(),
                                .domain_hi = raftd_random_u64(),
                                .serve_after_us = serve_after_us};
@@ -427,14 +418,12 @@ static void bootstrap(struct tk_raftd *r,
         snprintf(mb->client_addr, sizeof(mb->client_addr), "%s",
                  i == r->self ? r->s->advertise : r->info[i].client_addr);
     }
-    tk_log(TK_LOG_INFO,
-           "bootstrapping fencing domain %016llx%016llx with %u voters, "
-           "first token %llu",
-           (unsigned long long)c.domain_hi, (unsigned long long)c.domain_lo, c.n,
-           (unsigned long long)first);
-    struct tk_raft_update up;
-    int rc = tk_raft_bootstrap(r->core, &c, first, r->now, &up);
-    raftd_process(r, rc, &up);
+    tk_log(TK_LOG_INFO, "bootstrapping fencing domain %016llx%016llx with %u voters",
+           (unsigned long long)c.domain_hi, (unsigned long long)c.domain_lo, c.n);
+    /* A refusal (the wall clock, a configuration the core rejects) is
+     * logged by the driver and changes nothing: the next probe round
+     * decides again with fresh information. */
+    (void)tk_driver_bootstrap(r->d, &c, token_floor);
 }
 
 /* Bootstrap (SPEC 10): once every configured peer answered our probes as
@@ -636,7 +625,7 @@ void raftd_probe_peers(struct tk_raftd *r)
 void raftd_members_step(struct tk_raftd *r)
 {
     if (!r->peers || r->now < r->members_at || tk_raft_role(r->core) != TK_RAFT_LEADER ||
-        !r->leader_ready)
+        !tk_driver_serving(r->d))
         return;
     r->members_at = r->now + MEMBERS_PERIOD_US;
     const struct tk_raft_config *c = tk_raft_config(r->core);

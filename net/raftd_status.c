@@ -19,8 +19,9 @@ static struct hist *hist_of(struct tk_raftd *r, int which)
     return which == RAFTD_HIST_BATCH ? &r->batch_hist : &r->latency;
 }
 
-void raftd_hist_add(struct tk_raftd *r, int which, uint64_t v)
+void raftd_hist_add(void *raftd, int which, uint64_t v)
 {
+    struct tk_raftd *r = raftd;
     struct hist *h = hist_of(r, which);
     const uint64_t *bounds = which == RAFTD_HIST_BATCH ? batch_bounds : latency_bounds_us;
     size_t n = which == RAFTD_HIST_BATCH ? NBATCH : NLAT;
@@ -37,6 +38,8 @@ void raftd_publish(struct tk_raftd *r)
     struct tk_raft_status st;
     tk_raft_status(r->core, &st);
     const struct tk_raft_metrics *m = tk_raft_metrics(r->core);
+    struct tk_driver_stats ds;
+    tk_driver_stats(r->d, &ds);
     const struct tk_raft_config *cfg = tk_raft_config(r->core);
     if (cfg) {
         atomic_store(&r->s->domain_lo, cfg->domain_lo);
@@ -48,7 +51,7 @@ void raftd_publish(struct tk_raftd *r)
     bool ready = cfg && st.leader_id != 0 && st.applied >= st.commit &&
                  !tk_members_replacing(cfg, r->s->node_id) && !r->removed;
     if (st.role == TK_RAFT_LEADER)
-        ready = ready && r->leader_ready;
+        ready = ready && tk_driver_serving(r->d);
     atomic_store(&r->ready, ready);
     uint32_t n_voters = 0, n_learners = 0;
     for (uint32_t i = 0; cfg && i < cfg->n; i++)
@@ -65,7 +68,7 @@ void raftd_publish(struct tk_raftd *r)
         "\"membership\":\"%s\",\"membership_note\":\"%s\",\"ready\":%s,\"members\":[",
         tk_raft_role_name(st.role), r->peers ? "cluster" : "standalone",
         (unsigned long long)st.term, (unsigned long long)st.leader_id, lm ? lm->client_addr : "",
-        r->leader_ready ? "true" : "false", (unsigned long long)st.commit,
+        tk_driver_serving(r->d) ? "true" : "false", (unsigned long long)st.commit,
         (unsigned long long)st.applied, (unsigned long long)st.last_index,
         (unsigned long long)st.snapshot_index, (unsigned long long)st.log_entries,
         (unsigned long long)st.token_next, raftd_membership_name(r->membership), r->note,
@@ -107,7 +110,8 @@ void raftd_publish(struct tk_raftd *r)
          "Membership changes this node proposed as leader", atomic_load(&r->m_changes)},
         {"raft_is_leader", "gauge", "1 while this node is the Raft leader",
          st.role == TK_RAFT_LEADER},
-        {"raft_serving", "gauge", "1 while this node serves clients as leader", r->leader_ready},
+        {"raft_serving", "gauge", "1 while this node serves clients as leader",
+         tk_driver_serving(r->d)},
         {"raft_commit_index", "gauge", "Index of the last committed log entry", st.commit},
         {"raft_applied_index", "gauge", "Index of the last applied log entry", st.applied},
         {"raft_log_entries", "gauge", "Log entries in memory", st.log_entries},
@@ -127,13 +131,15 @@ void raftd_publish(struct tk_raftd *r)
         {"raft_snapshots_sent_total", "counter", "Snapshots sent to followers", m->snapshots_sent},
         {"raft_snapshots_installed_total", "counter", "Snapshots installed",
          m->snapshots_installed},
-        {"raft_snapshot_bytes", "gauge", "Size of the last snapshot taken",
-         atomic_load(&r->m_last_snapshot_bytes)},
+        {"raft_snapshot_bytes", "gauge", "Size of the last snapshot taken", ds.last_snapshot_bytes},
         {"raft_proposals_refused_total", "counter", "Proposals the core refused",
          m->proposals_refused},
-        {"raft_entries_total", "counter", "Log entries proposed by this node",
-         atomic_load(&r->m_entries)},
-        {"raft_commands_total", "counter", "Lock commands applied", atomic_load(&r->m_commands)},
+        {"raft_entries_total", "counter", "Log entries proposed by this node", ds.entries},
+        {"raft_commands_total", "counter", "Lock commands applied", ds.commands},
+        {"raft_batches_waiting", "gauge", "Complete batches waiting for room in the log",
+         ds.waiting_batches},
+        {"raft_batches_refused_total", "counter",
+         "Batches refused while leading (clients told to reconnect)", ds.refused_batches},
         {"fencing_next_token", "gauge", "Next fencing token", st.token_next},
         {"peer_frames_in_total", "counter", "Peer frames received", ps.frames_in},
         {"peer_frames_out_total", "counter", "Peer frames sent", ps.frames_out},

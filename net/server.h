@@ -15,91 +15,12 @@
 #include <stdatomic.h>
 
 #include "core/cmd.h"
+#include "core/msg.h"
 #include "net/config.h"
 #include "net/ring.h"
 
 #define TK_WORKERS_MAX 64
 #define TK_RING_BYTES (1u << 20)
-
-/* Message kinds on the rings. */
-enum tk_msg_kind {
-    TK_MSG_REQ = 1,   /* worker -> worker: struct tk_msg_req, a request for the target's shard */
-    TK_MSG_REPLY,     /* worker -> worker: struct tk_msg_reply for one of the target's clients */
-    TK_MSG_CLOSED,    /* worker -> worker: u64 client reference of a closed connection */
-    TK_MSG_PROPOSE,   /* worker -> raft: u64 epoch | u64 proposed_us | encoded tk_cmd */
-    TK_MSG_READ,      /* worker -> raft: u64 round, a read barrier is wanted */
-    TK_MSG_SNAP_PART, /* worker -> raft: struct tk_msg_snap_part */
-    TK_MSG_APPLY,     /* raft -> worker: an encoded committed tk_cmd (token set) */
-    TK_MSG_ROLE,      /* raft -> worker: struct tk_msg_role */
-    TK_MSG_READ_DONE, /* raft -> worker: u64 round | u64 ok */
-    TK_MSG_SNAP_REQ,  /* raft -> worker: u64 index, cut a snapshot of the shard */
-    TK_MSG_CLEAR,     /* raft -> worker: drop the whole table (snapshot install) */
-    TK_MSG_RESTORE,   /* raft -> worker: an encoded GRANT from a snapshot */
-};
-
-/* Sent to every worker after the last entry it must apply before the role
- * takes effect (a new leader serves only once its log is applied). Every
- * role change carries a new epoch; proposals and forwarded requests carry
- * the epoch they were made in, so nothing from an older leadership is
- * ever proposed or served in a newer one. */
-struct tk_msg_role {
-    uint64_t epoch;
-    uint8_t leader;                /* 1: this node leads and serves clients */
-    char leader_addr[TK_ADDR_MAX]; /* client address of the leader, "" if unknown */
-};
-
-struct tk_msg_req {
-    uint64_t epoch; /* of the sending worker */
-    uint64_t client, id, token;
-    uint32_t lease_ms, wait_ms;
-    uint8_t type, key_len, owner_len;
-    char bytes[]; /* key then owner */
-};
-
-struct tk_msg_reply {
-    uint64_t client, id, token;
-    uint32_t waiters;
-    uint8_t type, owner_len; /* type 'M' / 'X': close the connection with M / overload */
-    char owner[];
-};
-
-/* A shard's part of a snapshot: malloc'd GRANT encodings; the Raft thread
- * takes ownership of data. */
-/* Where one GRANT record of a snapshot part is. */
-struct tk_snap_rec {
-    uint64_t token;
-    size_t off, len;
-};
-
-/* A shard's cut: count GRANT records in data, in table order, and recs
- * listing them in token order (the Raft thread merges the parts through
- * recs, so nothing is decoded or copied twice). Both from malloc(); the
- * receiver frees them. */
-struct tk_msg_snap_part {
-    uint64_t index;
-    uint64_t count;
-    uint8_t *data;
-    size_t len;
-    struct tk_snap_rec *recs;
-};
-
-/* Connection reference carried with requests: worker | slot | generation. */
-static inline uint64_t tk_client_ref(uint32_t worker, uint32_t slot, uint32_t gen)
-{
-    return ((uint64_t)worker << 56) | ((uint64_t)(slot & 0xffffffu) << 32) | gen;
-}
-static inline uint32_t tk_client_worker(uint64_t ref)
-{
-    return (uint32_t)(ref >> 56);
-}
-static inline uint32_t tk_client_slot(uint64_t ref)
-{
-    return (uint32_t)(ref >> 32) & 0xffffffu;
-}
-static inline uint32_t tk_client_gen(uint64_t ref)
-{
-    return (uint32_t)ref;
-}
 
 /* Counters a worker publishes for /metrics (relaxed atomics). */
 #define TK_WSTAT_MAP(X)                                                                           \

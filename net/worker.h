@@ -10,7 +10,7 @@
 #include "core/auth.h"
 #include "core/proto.h"
 #include "net/server.h"
-#include "shard/lock.h"
+#include "shard/shard.h"
 
 #define TK_WORKER_BUF_COUNT 512 /* provided recv buffers; power of two */
 #define TK_WORKER_BUF_SIZE 8192
@@ -54,24 +54,6 @@ struct hs_deadline {
     uint64_t at_us;
 };
 
-/* A Q or N reply held until a read barrier confirms this node still led
- * after computing it (linearizable reads, SPEC 3). */
-struct held_reply {
-    struct held_reply *next;
-    uint64_t round;
-    struct tk_lock_reply r;
-    char owner[TK_OWNER_LEN_MAX];
-};
-
-/* A request forwarded by a worker whose leadership epoch this worker has
- * not reached yet: it waits for our ROLE message. */
-struct early_req {
-    struct early_req *next;
-    uint64_t epoch;
-    uint32_t len;
-    uint8_t msg[];
-};
-
 struct tk_worker {
     struct tk_server *s;
     uint32_t idx;
@@ -102,16 +84,9 @@ struct tk_worker {
     struct tk_outbox to_raft;
     bool backlogged; /* some outbox has overflow: stop parsing input */
 
-    struct tk_lock_table *table;
-    struct tk_lock_sink sink;
-    bool leader;
-    uint64_t epoch; /* of the last ROLE message */
-    char leader_addr[TK_ADDR_MAX];
-
-    struct held_reply *held_head, *held_tail;
-    uint64_t read_round; /* tag of replies held in the current round */
-    struct early_req *early_head, *early_tail;
-    uint64_t nearly; /* bounded by the requests in flight on all connections */
+    struct tk_shard *shard;
+    bool leader;                   /* the shard leads: connections are served */
+    char leader_addr[TK_ADDR_MAX]; /* where M sends clients ("" unknown) */
 
     uint64_t now_us;
     uint64_t stats_at;
@@ -125,7 +100,8 @@ void conn_on_send(struct tk_worker *w, struct conn *c, int res);
 void conn_on_cancel(struct tk_worker *w, struct conn *c);
 void conn_on_poll(struct tk_worker *w, struct conn *c, int res);
 struct conn *conn_get(struct tk_worker *w, uint32_t slot, uint32_t gen);
-void conn_deliver(struct tk_worker *w, const struct tk_lock_reply *r);
+void conn_deliver(struct tk_worker *w, const struct tk_msg_reply *r);
+void conn_refused(struct tk_worker *w, uint64_t client, uint8_t reason);
 void conn_moved(struct tk_worker *w, struct conn *c);
 void conn_overload(struct tk_worker *w, struct conn *c);
 void conn_close(struct tk_worker *w, struct conn *c);
@@ -135,9 +111,5 @@ void conn_expire_handshakes(struct tk_worker *w);
 void conn_resume_all(struct tk_worker *w);
 void conn_free_all(struct tk_worker *w);
 struct io_uring_sqe *worker_sqe(struct tk_worker *w);
-
-/* net/worker.c, called by conn.c */
-void worker_route(struct tk_worker *w, const struct tk_lock_req *lr);
-void worker_client_closed(struct tk_worker *w, uint64_t ref);
 
 #endif

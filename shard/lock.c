@@ -571,6 +571,15 @@ void tk_lock_apply(struct tk_lock_table *t,
 
 void tk_lock_restore(struct tk_lock_table *t, uint64_t now_us, const struct tk_cmd *grant)
 {
+    tk_lock_restore_left(t, now_us, grant, grant->lease_ms);
+}
+
+void tk_lock_restore_left(struct tk_lock_table *t,
+                          uint64_t now_us,
+                          const struct tk_cmd *grant,
+                          uint32_t left_ms)
+{
+    TK_ASSERT(left_ms >= 1 && left_ms <= grant->lease_ms);
     TK_ASSERT(!t->leader);
     TK_ASSERT(tk_cmd_check(grant) == TK_OK);
     TK_ASSERT(grant->type == TK_CMD_GRANT);
@@ -581,6 +590,10 @@ void tk_lock_restore(struct tk_lock_table *t, uint64_t now_us, const struct tk_c
     k = lock_key_new(t, hash, grant->key, grant->key_len, grant->owner_len);
     TK_ASSERT(k != NULL && "out of memory restoring a snapshot");
     lock_holder_set(t, k, now_us, grant);
+    if (left_ms < grant->lease_ms) { /* count what is left, not a fresh lease */
+        k->lease_due_us = now_us + (uint64_t)left_ms * US_PER_MS + TK_LOCK_DRIFT_US(left_ms);
+        tk_timer_update(&t->leases, k->lease_slot, k->lease_due_us);
+    }
     t->max_token = TK_MAX(t->max_token, grant->token);
 }
 

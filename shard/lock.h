@@ -187,6 +187,14 @@ void tk_lock_each_holder(const struct tk_lock_table *t,
                          void (*fn)(void *ctx, const struct tk_cmd *grant),
                          void *ctx);
 
+/* Like tk_lock_each_holder(), with what is left of each holder's lease at
+ * now_us (ms, rounded up, 1..lease_ms): a snapshot carries it so that an
+ * install does not give a holder a fresh lease. */
+void tk_lock_each_holder_left(const struct tk_lock_table *t,
+                              uint64_t now_us,
+                              void (*fn)(void *ctx, const struct tk_cmd *grant, uint32_t left_ms),
+                              void *ctx);
+
 /* Drops all state, committed included (before installing a snapshot). The
  * role is kept; cumulative counters in the stats are kept. */
 void tk_lock_clear(struct tk_lock_table *t);
@@ -198,6 +206,12 @@ void tk_lock_clear(struct tk_lock_table *t);
  * free and raises the table's token floor to the largest token seen. The
  * lease counts from now_us plus the drift margin: late, never early. */
 void tk_lock_restore(struct tk_lock_table *t, uint64_t now_us, const struct tk_cmd *grant);
+/* Likewise, with left_ms (1..grant->lease_ms) of the lease left: the lease
+ * counts left_ms from now_us, plus the drift margin. */
+void tk_lock_restore_left(struct tk_lock_table *t,
+                          uint64_t now_us,
+                          const struct tk_cmd *grant,
+                          uint32_t left_ms);
 
 /* O(n) consistency check of every structure; panics on corruption. */
 void tk_lock_check(const struct tk_lock_table *t);

@@ -18,6 +18,8 @@ void tk_lock_stats(const struct tk_lock_table *t, struct tk_lock_stats *out)
 
 struct each_holder_ctx {
     void (*fn)(void *ctx, const struct tk_cmd *grant);
+    void (*fn_left)(void *ctx, const struct tk_cmd *grant, uint32_t left_ms);
+    uint64_t now_us;
     void *ctx;
 };
 
@@ -35,7 +37,15 @@ static void each_holder_one(void *ctx, struct lock_key *k)
     memcpy(c.key, k->bytes, k->key_len);
     memcpy(c.owner, lock_key_owner(k), k->owner_len);
     TK_ASSERT(tk_cmd_check(&c) == TK_OK);
-    e->fn(e->ctx, &c);
+    if (e->fn) {
+        e->fn(e->ctx, &c);
+        return;
+    }
+    /* What is left of the lease, rounded up, at least 1 ms (an expiry may
+     * be due or in flight), at most the lease. */
+    uint64_t left_us = k->lease_due_us > e->now_us ? k->lease_due_us - e->now_us : 0;
+    uint64_t left = TK_MAX((left_us + 999u) / 1000u, 1u);
+    e->fn_left(e->ctx, &c, (uint32_t)TK_MIN(left, (uint64_t)k->lease_ms));
 }
 
 void tk_lock_each_holder(const struct tk_lock_table *t,
@@ -43,6 +53,15 @@ void tk_lock_each_holder(const struct tk_lock_table *t,
                          void *ctx)
 {
     struct each_holder_ctx e = {.fn = fn, .ctx = ctx};
+    lock_keys_each(t, each_holder_one, &e);
+}
+
+void tk_lock_each_holder_left(const struct tk_lock_table *t,
+                              uint64_t now_us,
+                              void (*fn)(void *ctx, const struct tk_cmd *grant, uint32_t left_ms),
+                              void *ctx)
+{
+    struct each_holder_ctx e = {.fn_left = fn, .now_us = now_us, .ctx = ctx};
     lock_keys_each(t, each_holder_one, &e);
 }
 

@@ -1,4 +1,4 @@
-/* Fuzz target "snapshot": the TKSNAP01 blob a follower installs
+/* Fuzz target "snapshot": the TKSNAP02 blob a follower installs
  * (core/snap.h; net/raftd.c install_snapshot()).
  *
  * The input is the blob. tk_snap_check() must accept exactly the blobs an
@@ -6,7 +6,7 @@
  * tk_snap_header()/tk_snap_next() until none is left, count equal to the
  * header's, tokens strictly increasing and below the bound, keys pairwise
  * distinct (a plain quadratic comparison). For an accepted blob:
- *  - the blob is canonical: the header plus tk_cmd_encode() of every record
+ *  - the blob is canonical: the header plus tk_snap_put() of every record
  *    gives back the same bytes;
  *  - installing it as a follower does (tk_lock_clear(), tk_lock_restore()
  *    per record) never panics, tk_lock_check() passes, and the table lists
@@ -22,6 +22,7 @@
 #define TOKEN_NEXT (UINT64_C(1) << 56) /* the bound passed as the snapshot's fencing counter */
 
 static struct tk_cmd recs[RECORDS_MAX];
+static uint32_t left[RECORDS_MAX];
 
 static void no_reply(void *ctx, const struct tk_lock_reply *r)
 {
@@ -54,7 +55,7 @@ static void install(size_t n)
     uint64_t now = 1000000;
     tk_lock_clear(t);
     for (size_t i = 0; i < n; i++)
-        tk_lock_restore(t, now, &recs[i]);
+        tk_lock_restore_left(t, now, &recs[i], left[i]);
     tk_lock_check(t);
     size_t seen = 0;
     tk_lock_each_holder(t, count_holder, &seen);
@@ -104,11 +105,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t header = 0;
     size_t pos = 0;
     if (tk_snap_header(blob, size, &header, &pos) == TK_OK) {
-        FUZZ_CHECK(pos == TK_SNAP_HEADER_LEN && memcmp(blob, "TKSNAP01", 8) == 0);
+        FUZZ_CHECK(pos == TK_SNAP_HEADER_LEN && memcmp(blob, TK_SNAP_MAGIC, 8) == 0);
         ok = true;
         while (pos < size && ok) {
             size_t before = pos;
-            if (n == RECORDS_MAX || tk_snap_next(blob, size, &pos, &recs[n]) != TK_OK) {
+            if (n == RECORDS_MAX || tk_snap_next(blob, size, &pos, &recs[n], &left[n]) != TK_OK) {
                 FUZZ_CHECK(n == RECORDS_MAX || pos == before);
                 ok = false;
                 break;
@@ -116,6 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(pos > before && pos <= size);
             const struct tk_cmd *c = &recs[n];
             FUZZ_CHECK(c->type == TK_CMD_GRANT && c->token != 0 && tk_cmd_check(c) == TK_OK);
+            FUZZ_CHECK(left[n] >= 1 && left[n] <= c->lease_ms);
             if (c->token >= TOKEN_NEXT || (n > 0 && c->token <= recs[n - 1].token))
                 ok = false;
             for (size_t j = 0; j < n && ok; j++)
@@ -139,7 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(again + TK_SNAP_MAGIC_LEN, &count, 8);
     size_t off = TK_SNAP_HEADER_LEN;
     for (size_t i = 0; i < n; i++) {
-        size_t w = tk_cmd_encode(&recs[i], again + off, size - off);
+        size_t w = tk_snap_put(again + off, size - off, &recs[i], left[i]);
         FUZZ_CHECK(w > 0);
         off += w;
     }

@@ -163,8 +163,8 @@ static void snap(const char *name, const struct tk_cmd *c, uint64_t n)
     memcpy(buf, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN);
     memcpy(buf + TK_SNAP_MAGIC_LEN, &n, 8);
     size_t off = TK_SNAP_HEADER_LEN;
-    for (uint64_t i = 0; i < n; i++)
-        off += tk_cmd_encode(&c[i], buf + off, sizeof(buf) - off);
+    for (uint64_t i = 0; i < n; i++) /* half of each lease left at the cut */
+        off += tk_snap_put(buf + off, sizeof(buf) - off, &c[i], c[i].lease_ms / 2);
     put("snapshot", name, buf, off);
 }
 

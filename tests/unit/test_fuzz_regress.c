@@ -38,13 +38,15 @@ static struct tk_cmd grant(const char *key, uint64_t token)
 /* Header with `count`, then the records; returns the blob's length. */
 static size_t make(uint64_t count, const struct tk_cmd *c, size_t n)
 {
-    memcpy(blob, "TKSNAP01", 8);
+    memcpy(blob, TK_SNAP_MAGIC, 8);
     memcpy(blob + 8, &count, 8);
     size_t off = 16;
     for (size_t i = 0; i < n; i++) {
-        size_t w = tk_cmd_encode(&c[i], blob + off, sizeof(blob) - off);
+        size_t w = tk_cmd_encode(&c[i], blob + off + 4, sizeof(blob) - off - 4);
         cr_assert_gt(w, 0);
-        off += w;
+        uint32_t left = c[i].lease_ms / 2; /* what was left at the cut */
+        memcpy(blob + off, &left, 4);
+        off += 4 + w;
     }
     return off;
 }
@@ -72,7 +74,9 @@ Test(snap, valid_blobs_pass_and_walk)
     cr_assert_eq(pos, TK_SNAP_HEADER_LEN);
     for (int i = 0; i < 3; i++) {
         struct tk_cmd got;
-        cr_assert_eq(tk_snap_next(blob, len, &pos, &got), TK_OK);
+        uint32_t left = 0;
+        cr_assert_eq(tk_snap_next(blob, len, &pos, &got, &left), TK_OK);
+        cr_assert_eq(left, c[i].lease_ms / 2);
         cr_assert_eq(got.token, c[i].token);
         cr_assert_eq(got.key_len, c[i].key_len);
         cr_assert_eq(memcmp(got.key, c[i].key, got.key_len), 0);
@@ -121,8 +125,16 @@ Test(snap, malformed_blobs_are_refused)
 
     /* A record whose bytes are not a command at all. */
     len = make(1, c, 1);
-    blob[16] = 9; /* type */
+    blob[20] = 9; /* type */
     refused(len, "unknown command type");
+
+    /* The lease left must be 1..lease_ms. */
+    len = make(1, c, 1);
+    memset(blob + 16, 0, 4);
+    refused(len, "no lease left");
+    uint32_t over = c[0].lease_ms + 1;
+    memcpy(blob + 16, &over, 4);
+    refused(len, "more lease left than the lease");
 }
 
 Test(snap, next_leaves_position_on_failure)
@@ -131,9 +143,9 @@ Test(snap, next_leaves_position_on_failure)
     size_t len = make(1, c, 1);
     size_t pos = 16;
     struct tk_cmd out;
-    cr_assert_eq(tk_snap_next(blob, len - 1, &pos, &out), TK_EPROTO);
+    cr_assert_eq(tk_snap_next(blob, len - 1, &pos, &out, NULL), TK_EPROTO);
     cr_assert_eq(pos, 16);
-    cr_assert_eq(tk_snap_next(blob, len, &pos, &out), TK_OK);
+    cr_assert_eq(tk_snap_next(blob, len, &pos, &out, NULL), TK_OK);
     cr_assert_eq(pos, len);
 }
 

@@ -1,0 +1,707 @@
+/* The Raft driver (raft/driver.h): batching, token numbering, roles and
+ * epochs, read groups, snapshot merge and install, around the Raft core. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/snap.h"
+#include "raft/driver.h"
+
+#define BATCH_BYTES_MAX (4 + TK_DRIVER_BATCH_CMDS_MAX * TK_CMD_ENCODED_MAX)
+#define PENDING_MAX 8192
+
+_Static_assert(BATCH_BYTES_MAX <= TK_RAFT_ENTRY_BYTES_MAX, "a full batch must fit one entry");
+
+/* One DATA entry being built or waiting for room in the log. */
+struct batch {
+    struct batch *next;
+    uint8_t *buf; /* u32 count | commands */
+    size_t len;
+    uint32_t cmds, tokens;
+    uint64_t oldest_us;
+};
+
+struct read_group {
+    uint64_t id;
+    uint64_t round[TK_DRIVER_SHARDS_MAX];
+};
+
+struct pending_entry { /* commit latency of entries this leader proposed */
+    uint64_t index;
+    uint64_t proposed_us;
+};
+
+struct tk_driver {
+    struct tk_driver_options o;
+    struct tk_msg_out out;
+    struct tk_driver_io io;
+    struct tk_raft *core;
+    uint64_t now, wall;
+
+    uint64_t applied;
+    bool leader_ready;
+    bool refused;    /* a batch was refused while leading: wait for the transfer */
+    bool held_noted; /* TK_DRIVER_EV_HELD reported */
+    uint64_t epoch;
+    uint64_t role_leader_id; /* leader announced to the shards */
+    char leader_client[TK_MSG_ADDR_MAX];
+
+    /* Batches: head proposed first; tail is being filled. */
+    struct batch *head, *tail;
+    uint64_t waiting_cmds, waiting_tokens, nbatches;
+    struct batch *spare; /* one freed batch kept for reuse */
+
+    uint64_t want_round[TK_DRIVER_SHARDS_MAX];
+    struct read_group groups[TK_DRIVER_READ_GROUPS_MAX];
+    uint32_t groups_head, groups_len;
+    uint64_t next_read_id;
+
+    bool snap_busy;
+    uint64_t snap_index;
+    uint32_t snap_parts;
+    struct tk_msg_snap_part parts[TK_DRIVER_SHARDS_MAX];
+
+    struct pending_entry pending[PENDING_MAX];
+    uint32_t pend_head, pend_len;
+
+    uint64_t m_commands, m_entries, m_snapshot_bytes, m_refused;
+};
+
+static void event(struct tk_driver *d, int ev, uint64_t a, uint64_t b)
+{
+    if (d->io.event)
+        d->io.event(d->io.ctx, ev, a, b);
+}
+
+static void sample(struct tk_driver *d, int which, uint64_t v)
+{
+    if (d->io.sample)
+        d->io.sample(d->io.ctx, which, v);
+}
+
+static void to_shard(struct tk_driver *d, uint32_t shard, const struct tk_msg *m)
+{
+    tk_msg_send(&d->out, shard, m);
+}
+
+static void send_role(struct tk_driver *d, bool lead)
+{
+    d->epoch++;
+    struct tk_msg m = {.kind = TK_MSG_ROLE, .u.role = {.epoch = d->epoch, .lead = lead}};
+    memcpy(m.u.role.leader_addr, d->leader_client, sizeof(d->leader_client));
+    for (uint32_t i = 0; i < d->o.nshards; i++)
+        to_shard(d, i, &m);
+}
+
+static void read_done(struct tk_driver *d, uint32_t shard, uint64_t round, bool ok)
+{
+    struct tk_msg m = {.kind = TK_MSG_READ_DONE, .u.read_done = {round, ok}};
+    to_shard(d, shard, &m);
+}
+
+/* ------------------------------------------------------------------ */
+/* Committed entries and snapshots */
+
+int tk_driver_check_entry(const uint8_t *data,
+                          uint32_t len,
+                          uint64_t token_first,
+                          uint64_t token_next)
+{
+    if (len < 4)
+        return TK_EPROTO;
+    uint32_t ncmds;
+    memcpy(&ncmds, data, 4);
+    uint64_t expect = token_first;
+    size_t off = 4;
+    for (uint32_t i = 0; i < ncmds; i++) {
+        struct tk_cmd c;
+        size_t used;
+        if (tk_cmd_decode(data + off, len - off, &c, &used) != TK_OK)
+            return TK_EPROTO;
+        if (tk_cmd_grants(&c)) {
+            if (c.token != expect)
+                return TK_EPROTO;
+            expect++;
+        }
+        off += used;
+    }
+    return off == len && expect == token_next ? TK_OK : TK_EPROTO;
+}
+
+/* Hands every command of a committed DATA entry to the shard of its key.
+ * The payload came from a leader over the network: it is checked whole
+ * first, and a node that cannot apply a committed entry cannot follow. */
+static void apply_entry(struct tk_driver *d, uint64_t index, const struct tk_raft_entry *e)
+{
+    if (tk_driver_check_entry(e->data, e->len, e->token_first, tk_raft_entry_token_next(e)) !=
+        TK_OK) {
+        d->io.fatal(d->io.ctx, "a committed entry is malformed");
+        return;
+    }
+    uint32_t ncmds;
+    memcpy(&ncmds, e->data, 4);
+    size_t off = 4;
+    for (uint32_t i = 0; i < ncmds; i++) {
+        struct tk_msg m = {.kind = TK_MSG_APPLY};
+        size_t used;
+        TK_ASSERT(tk_cmd_decode(e->data + off, e->len - off, &m.u.apply.cmd, &used) == TK_OK);
+        to_shard(d, tk_cmd_shard(m.u.apply.cmd.key, m.u.apply.cmd.key_len, d->o.nshards), &m);
+        off += used;
+    }
+    d->m_commands += ncmds;
+    if (d->io.applied)
+        d->io.applied(d->io.ctx, index, e);
+}
+
+/* A follower replaces its lock state with the leader's snapshot. The core
+ * has already accepted it, so a blob this node cannot load cannot be
+ * refused here: it is checked whole before any shard drops its state, and
+ * a malformed one stops the node (fatal) before anything changed. Each
+ * shard gets its records in one message. */
+static void install_snapshot(struct tk_driver *d, uint64_t index, const uint8_t *data, size_t len)
+{
+    uint64_t count = 0;
+    const char *why = NULL;
+    if (tk_snap_check(data, len, tk_raft_next_token(d->core), &count, &why) != TK_OK) {
+        d->io.fatal(d->io.ctx, why);
+        return;
+    }
+    uint32_t n = d->o.nshards;
+    struct tk_msg_install *in = calloc(n, sizeof(*in));
+    size_t *cap = calloc(n, sizeof(*cap));
+    TK_ASSERT(in != NULL && cap != NULL);
+    size_t pos = TK_SNAP_HEADER_LEN;
+    for (uint64_t i = 0; i < count; i++) {
+        struct tk_cmd c;
+        size_t at = pos;
+        TK_ASSERT(tk_snap_next(data, len, &pos, &c, NULL) == TK_OK);
+        struct tk_msg_install *s = &in[tk_cmd_shard(c.key, c.key_len, n)];
+        size_t rec = pos - at;
+        if (cap[s - in] - s->len < rec) {
+            size_t want = TK_MAX(cap[s - in] * 2, TK_MAX(rec, len / n + rec));
+            s->data = realloc(s->data, want);
+            TK_ASSERT(s->data != NULL);
+            cap[s - in] = want;
+        }
+        memcpy(s->data + s->len, data + at, rec);
+        s->len += rec;
+        s->count++;
+    }
+    TK_ASSERT(pos == len);
+    for (uint32_t i = 0; i < n; i++) {
+        struct tk_msg m = {.kind = TK_MSG_INSTALL, .u.install = in[i]};
+        m.u.install.index = index;
+        to_shard(d, i, &m); /* the shard frees data */
+    }
+    free(cap);
+    free(in);
+    event(d, TK_DRIVER_EV_INSTALLED, count, len);
+    if (d->io.installed)
+        d->io.installed(d->io.ctx, index, data, len);
+}
+
+/* ------------------------------------------------------------------ */
+/* Roles */
+
+static void drop_batches(struct tk_driver *d);
+
+/* Follower or candidate: step the shards down at once, before anything of
+ * another leadership is applied, and tell them where clients should go. */
+static void follow(struct tk_driver *d, const struct tk_raft_update *up)
+{
+    if (d->leader_ready) {
+        d->leader_ready = false;
+        event(d, TK_DRIVER_EV_STEPPED_DOWN, up->term, 0);
+    }
+    drop_batches(d);
+    const struct tk_raft_config *c = tk_raft_config(d->core);
+    const struct tk_raft_member *lm =
+        up->leader_id && c ? tk_raft_config_find(c, up->leader_id) : NULL;
+    const char *addr = lm ? lm->client_addr : "";
+    if (d->role_leader_id == up->leader_id && !strcmp(addr, d->leader_client) && d->epoch)
+        return;
+    d->role_leader_id = up->leader_id;
+    size_t n = strnlen(addr, TK_MSG_ADDR_MAX - 1);
+    memcpy(d->leader_client, addr, n);
+    d->leader_client[n] = 0;
+    send_role(d, false);
+}
+
+/* Leader: serve once the term's first entry and everything committed
+ * before it is applied, no transfer is running after a refused batch, and
+ * a forced new domain's hold is over. */
+static void maybe_lead(struct tk_driver *d, const struct tk_raft_update *up)
+{
+    if (d->leader_ready)
+        return;
+    struct tk_raft_status st;
+    tk_raft_status(d->core, &st);
+    if (d->refused) {
+        if (st.transfer_target)
+            return;
+        d->refused = false;
+    }
+    const struct tk_raft_config *c = tk_raft_config(d->core);
+    if (c && c->serve_after_us > d->wall) {
+        if (!d->held_noted)
+            event(d, TK_DRIVER_EV_HELD, c->serve_after_us, 0);
+        d->held_noted = true;
+        return;
+    }
+    if (!st.term_start_index || d->applied < st.term_start_index || d->applied < up->commit)
+        return;
+    d->leader_ready = true;
+    size_t n = strnlen(d->o.advertise, TK_MSG_ADDR_MAX - 1);
+    memcpy(d->leader_client, d->o.advertise, n);
+    d->leader_client[n] = 0;
+    d->role_leader_id = tk_raft_id(d->core);
+    send_role(d, true);
+    event(d, TK_DRIVER_EV_LEADING, up->term, st.term_start_index);
+}
+
+static void resolve_reads(struct tk_driver *d, const struct tk_raft_read *reads, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        const struct tk_raft_read *rd = &reads[k];
+        while (d->groups_len > 0) {
+            struct read_group *g = &d->groups[d->groups_head];
+            if (g->id > rd->id)
+                break;
+            bool ok = g->id == rd->id && rd->ok;
+            for (uint32_t w = 0; w < d->o.nshards; w++)
+                if (g->round[w])
+                    read_done(d, w, g->round[w], ok);
+            d->groups_head = (d->groups_head + 1) % TK_DRIVER_READ_GROUPS_MAX;
+            d->groups_len--;
+            if (g->id == rd->id)
+                break;
+        }
+    }
+}
+
+static void request_snapshot(struct tk_driver *d, uint64_t index)
+{
+    if (d->snap_busy)
+        return;
+    TK_ASSERT(index == d->applied);
+    d->snap_busy = true;
+    d->snap_index = index;
+    d->snap_parts = 0;
+    struct tk_msg m = {.kind = TK_MSG_SNAP_REQ, .u.snap_req = {index}};
+    for (uint32_t w = 0; w < d->o.nshards; w++)
+        to_shard(d, w, &m);
+}
+
+static void observe_commits(struct tk_driver *d, uint64_t commit)
+{
+    while (d->pend_len > 0 && d->pending[d->pend_head].index <= commit) {
+        struct pending_entry *pe = &d->pending[d->pend_head];
+        sample(d, TK_DRIVER_SAMPLE_LATENCY,
+               d->now > pe->proposed_us ? d->now - pe->proposed_us : 0);
+        d->pend_head = (d->pend_head + 1) % PENDING_MAX;
+        d->pend_len--;
+    }
+}
+
+void tk_driver_process(struct tk_driver *d, int rc, struct tk_raft_update *up)
+{
+    (void)rc; /* failures of the event itself change nothing; the update stays valid */
+    for (;;) {
+        if (up->role != TK_RAFT_LEADER) {
+            follow(d, up);
+            d->pend_len = 0;
+        }
+        if (up->flags & TK_RAFT_UPDATE_SNAPSHOT_INSTALL) {
+            install_snapshot(d, up->install.index, up->install.data, up->install.len);
+            d->applied = up->install.index;
+        }
+        for (uint32_t i = 0; i < up->n_msgs; i++)
+            d->io.send(d->io.ctx, &up->msgs[i]);
+        if (up->flags & TK_RAFT_UPDATE_READS)
+            resolve_reads(d, up->reads, up->n_reads);
+        uint64_t commit = up->commit;
+        bool advanced = commit > d->applied;
+        for (uint64_t i = d->applied + 1; i <= commit; i++) {
+            const struct tk_raft_entry *e = tk_raft_entry(d->core, i);
+            TK_ASSERT(e != NULL);
+            if (e->type == TK_RAFT_DATA)
+                apply_entry(d, i, e);
+        }
+        if (advanced) {
+            d->applied = commit;
+            observe_commits(d, commit);
+        }
+        if (up->role == TK_RAFT_LEADER)
+            maybe_lead(d, up);
+        if (up->flags & TK_RAFT_UPDATE_SNAPSHOT_WANTED)
+            request_snapshot(d, up->snapshot_index);
+        if (!advanced)
+            return;
+        rc = tk_raft_applied(d->core, d->applied, d->now, up);
+    }
+}
+
+void tk_driver_tick(struct tk_driver *d)
+{
+    /* A leader ticks every heartbeat: a forced domain's hold ending or a
+     * transfer giving up is seen through the update (maybe_lead). */
+    if (tk_raft_deadline(d->core) > d->now)
+        return;
+    struct tk_raft_update up;
+    int rc = tk_raft_tick(d->core, d->now, &up);
+    tk_driver_process(d, rc, &up);
+}
+
+uint64_t tk_driver_deadline(const struct tk_driver *d)
+{
+    return tk_raft_deadline(d->core);
+}
+
+/* ------------------------------------------------------------------ */
+/* Batches */
+
+static struct batch *batch_new(struct tk_driver *d)
+{
+    struct batch *b = d->spare;
+    if (b) {
+        d->spare = NULL;
+    } else {
+        b = malloc(sizeof(*b));
+        TK_ASSERT(b != NULL);
+        b->buf = malloc(BATCH_BYTES_MAX);
+        TK_ASSERT(b->buf != NULL);
+    }
+    b->next = NULL;
+    b->len = 4;
+    b->cmds = b->tokens = 0;
+    b->oldest_us = 0;
+    if (d->tail)
+        d->tail->next = b;
+    else
+        d->head = b;
+    d->tail = b;
+    d->nbatches++;
+    return b;
+}
+
+static void batch_pop(struct tk_driver *d)
+{
+    struct batch *b = d->head;
+    d->head = b->next;
+    if (!d->head)
+        d->tail = NULL;
+    d->waiting_cmds -= b->cmds;
+    d->waiting_tokens -= b->tokens;
+    d->nbatches--;
+    if (!d->spare) {
+        d->spare = b;
+    } else {
+        free(b->buf);
+        free(b);
+    }
+}
+
+static void drop_batches(struct tk_driver *d)
+{
+    while (d->head)
+        batch_pop(d);
+}
+
+/* Adds one proposal, numbering its grant after every token of the batches
+ * already waiting. Made under an older leadership: never proposed now. */
+static void batch_add(struct tk_driver *d, const struct tk_msg_propose *p)
+{
+    if (!d->leader_ready || p->epoch != d->epoch)
+        return;
+    TK_ASSERT(d->waiting_cmds < d->o.proposals_max);
+    struct batch *b = d->tail;
+    if (!b || b->cmds == TK_DRIVER_BATCH_CMDS_MAX)
+        b = batch_new(d);
+    if (b->cmds == 0)
+        b->oldest_us = p->proposed_us;
+    struct tk_cmd c = p->cmd;
+    if (tk_cmd_grants(&c)) {
+        TK_ASSERT(c.token == 0);
+        c.token = tk_raft_next_token(d->core) + d->waiting_tokens;
+        b->tokens++;
+        d->waiting_tokens++;
+    }
+    size_t n = tk_cmd_encode(&c, b->buf + b->len, BATCH_BYTES_MAX - b->len);
+    TK_ASSERT(n > 0);
+    b->len += n;
+    b->cmds++;
+    d->waiting_cmds++;
+}
+
+/* Proposes the waiting batches in order until the log is full. A refusal
+ * other than a full log while leading (a leadership transfer) drops every
+ * batch and steps the shards down, so their keys in flight are released
+ * and their clients told (M) instead of waiting forever. */
+static void propose_batches(struct tk_driver *d)
+{
+    while (d->head && d->head->cmds > 0) {
+        struct batch *b = d->head;
+        memcpy(b->buf, &b->cmds, 4);
+        uint64_t first = tk_raft_next_token(d->core);
+        struct tk_raft_update up;
+        int rc = tk_raft_propose(d->core, b->buf, (uint32_t)b->len, first, b->tokens, d->now, &up);
+        if (rc == TK_EFULL)
+            return; /* the log is at its bound: keep them, try next round */
+        if (rc != TK_OK) {
+            uint64_t cmds = d->waiting_cmds;
+            drop_batches(d);
+            if (d->leader_ready) {
+                d->leader_ready = false;
+                d->refused = true;
+                d->m_refused++;
+                event(d, TK_DRIVER_EV_BATCH_REFUSED, cmds, (uint64_t)rc);
+                send_role(d, false);
+            }
+            tk_driver_process(d, rc, &up);
+            return;
+        }
+        sample(d, TK_DRIVER_SAMPLE_BATCH, b->cmds);
+        d->m_entries++;
+        if (d->pend_len < PENDING_MAX) {
+            d->pending[(d->pend_head + d->pend_len) % PENDING_MAX] =
+                (struct pending_entry){up.index, b->oldest_us};
+            d->pend_len++;
+        }
+        batch_pop(d);
+        tk_driver_process(d, rc, &up);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Snapshot parts */
+
+static void part_free(struct tk_msg_snap_part *part)
+{
+    free(part->data);
+    free(part->recs);
+    part->data = NULL;
+    part->recs = NULL;
+}
+
+/* Every shard cut at the same index, each part's records listed in token
+ * order: merge them into one blob in token order. */
+static void snapshot_merge(struct tk_driver *d)
+{
+    uint64_t count = 0;
+    size_t bytes = TK_SNAP_HEADER_LEN;
+    for (uint32_t w = 0; w < d->snap_parts; w++) {
+        count += d->parts[w].count;
+        bytes += d->parts[w].len;
+    }
+    uint8_t *blob = malloc(bytes);
+    TK_ASSERT(blob != NULL);
+    memcpy(blob, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN);
+    memcpy(blob + TK_SNAP_MAGIC_LEN, &count, 8);
+    size_t off = TK_SNAP_HEADER_LEN;
+    uint64_t pos[TK_DRIVER_SHARDS_MAX] = {0};
+    uint64_t last = 0;
+    for (uint64_t k = 0; k < count; k++) {
+        int best = -1;
+        for (uint32_t w = 0; w < d->snap_parts; w++)
+            if (pos[w] < d->parts[w].count &&
+                (best < 0 || d->parts[w].recs[pos[w]].token < d->parts[best].recs[pos[best]].token))
+                best = (int)w;
+        TK_ASSERT(best >= 0);
+        const struct tk_snap_rec *rec = &d->parts[best].recs[pos[best]++];
+        TK_ASSERT(rec->token > last); /* tokens are unique and parts sorted */
+        TK_ASSERT(rec->off + rec->len <= d->parts[best].len);
+        last = rec->token;
+        memcpy(blob + off, d->parts[best].data + rec->off, rec->len);
+        off += rec->len;
+    }
+    TK_ASSERT(off == bytes);
+    for (uint32_t w = 0; w < d->snap_parts; w++)
+        part_free(&d->parts[w]);
+    d->snap_parts = 0;
+    d->snap_busy = false;
+    d->m_snapshot_bytes = bytes;
+    struct tk_raft_update up;
+    int rc = tk_raft_snapshot(d->core, d->snap_index, blob, bytes, d->now, &up);
+    if (rc != TK_OK)
+        event(d, TK_DRIVER_EV_SNAPSHOT_REFUSED, d->snap_index, (uint64_t)rc);
+    tk_driver_process(d, rc, &up);
+}
+
+static void snapshot_part(struct tk_driver *d, const struct tk_msg_snap_part *part)
+{
+    if (!d->snap_busy || part->index != d->snap_index) {
+        struct tk_msg_snap_part stale = *part;
+        part_free(&stale);
+        return;
+    }
+    d->parts[d->snap_parts++] = *part;
+    if (d->snap_parts == d->o.nshards)
+        snapshot_merge(d);
+}
+
+/* ------------------------------------------------------------------ */
+/* From the shards */
+
+void tk_driver_message(struct tk_driver *d,
+                       uint32_t src,
+                       uint32_t kind,
+                       const uint8_t *data,
+                       uint32_t len)
+{
+    TK_ASSERT(src < d->o.nshards);
+    struct tk_msg m;
+    TK_ASSERT(tk_msg_decode(kind, data, len, &m) == TK_OK);
+    switch (kind) {
+        case TK_MSG_PROPOSE:
+            batch_add(d, &m.u.propose);
+            if (d->tail && d->tail->cmds == TK_DRIVER_BATCH_CMDS_MAX)
+                propose_batches(d); /* a full batch goes at once */
+            break;
+        case TK_MSG_READ:
+            if (d->leader_ready)
+                d->want_round[src] = m.u.read.round;
+            else
+                read_done(d, src, m.u.read.round, false);
+            break;
+        case TK_MSG_SNAP_PART:
+            snapshot_part(d, &m.u.snap_part);
+            break;
+        default:
+            TK_ASSERT(!"unexpected message kind for the driver");
+    }
+}
+
+void tk_driver_flush(struct tk_driver *d)
+{
+    propose_batches(d);
+    /* One read barrier covers every read the shards asked for so far. */
+    bool any = false;
+    for (uint32_t i = 0; i < d->o.nshards; i++)
+        any |= d->want_round[i] != 0;
+    if (!any || d->groups_len == TK_DRIVER_READ_GROUPS_MAX)
+        return;
+    struct read_group *g = &d->groups[(d->groups_head + d->groups_len) % TK_DRIVER_READ_GROUPS_MAX];
+    g->id = ++d->next_read_id;
+    memcpy(g->round, d->want_round, sizeof(g->round));
+    struct tk_raft_update up;
+    int rc = tk_raft_read(d->core, g->id, d->now, &up);
+    if (rc == TK_EFULL) {
+        d->next_read_id--;
+        return;
+    }
+    d->groups_len++;
+    memset(d->want_round, 0, sizeof(d->want_round));
+    if (rc != TK_OK) { /* not leader: these reads fail */
+        struct tk_raft_read fail = {.id = g->id, .ok = 0};
+        resolve_reads(d, &fail, 1);
+    }
+    tk_driver_process(d, rc, &up);
+}
+
+/* ------------------------------------------------------------------ */
+/* Life */
+
+int tk_driver_bootstrap(struct tk_driver *d, const struct tk_raft_config *c, uint64_t token_floor)
+{
+    if (d->wall < TK_DRIVER_TOKEN_EPOCH_US) {
+        event(d, TK_DRIVER_EV_BOOTSTRAP_FAILED, TK_EINVAL, 0);
+        return TK_EINVAL;
+    }
+    uint64_t first = TK_MAX(d->wall, token_floor);
+    struct tk_raft_update up;
+    int rc = tk_raft_bootstrap(d->core, c, first, d->now, &up);
+    if (rc != TK_OK) {
+        event(d, TK_DRIVER_EV_BOOTSTRAP_FAILED, (uint64_t)rc, 0);
+        return rc;
+    }
+    event(d, TK_DRIVER_EV_BOOTSTRAP, first, c->n);
+    tk_driver_process(d, rc, &up);
+    return rc;
+}
+
+int tk_driver_transfer(struct tk_driver *d)
+{
+    struct tk_raft_update up;
+    int rc = tk_raft_transfer(d->core, 0, d->now, &up);
+    tk_driver_process(d, rc, &up);
+    return rc;
+}
+
+struct tk_driver *tk_driver_create(const struct tk_driver_options *o,
+                                   const struct tk_msg_out *out,
+                                   const struct tk_driver_io *io)
+{
+    TK_ASSERT(o->nshards > 0 && o->nshards <= TK_DRIVER_SHARDS_MAX);
+    TK_ASSERT(io->send && io->fatal);
+    struct tk_driver *d = calloc(1, sizeof(*d));
+    if (!d)
+        return NULL;
+    d->o = *o;
+    d->o.advertise[TK_MSG_ADDR_MAX - 1] = 0;
+    d->out = *out;
+    d->io = *io;
+    d->core = tk_raft_create(&o->raft);
+    if (!d->core) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void tk_driver_destroy(struct tk_driver *d)
+{
+    if (!d)
+        return;
+    drop_batches(d);
+    if (d->spare) {
+        free(d->spare->buf);
+        free(d->spare);
+    }
+    for (uint32_t w = 0; w < d->snap_parts; w++)
+        part_free(&d->parts[w]);
+    tk_raft_destroy(d->core);
+    free(d);
+}
+
+struct tk_raft *tk_driver_core(struct tk_driver *d)
+{
+    return d->core;
+}
+
+void tk_driver_clock(struct tk_driver *d, uint64_t now_us, uint64_t wall_us)
+{
+    TK_ASSERT(now_us >= d->now);
+    d->now = now_us;
+    d->wall = wall_us;
+}
+
+void tk_driver_point_clients(struct tk_driver *d, const char *addr)
+{
+    size_t n = strnlen(addr, TK_MSG_ADDR_MAX - 1);
+    if (d->leader_ready || (!strncmp(addr, d->leader_client, n) && d->leader_client[n] == 0))
+        return;
+    memcpy(d->leader_client, addr, n);
+    d->leader_client[n] = 0;
+    send_role(d, false);
+}
+
+bool tk_driver_serving(const struct tk_driver *d)
+{
+    return d->leader_ready;
+}
+
+const char *tk_driver_leader_addr(const struct tk_driver *d)
+{
+    return d->leader_client;
+}
+
+void tk_driver_stats(const struct tk_driver *d, struct tk_driver_stats *st)
+{
+    st->commands = d->m_commands;
+    st->entries = d->m_entries;
+    st->last_snapshot_bytes = d->m_snapshot_bytes;
+    st->waiting_batches = d->nbatches;
+    st->refused_batches = d->m_refused;
+    st->epoch = d->epoch;
+    st->applied = d->applied;
+    st->serving = d->leader_ready;
+}

@@ -1,0 +1,147 @@
+/* The Raft driver: the Raft thread's logic as a pure step function around
+ * the Raft core (raft/raft.h). The server's Raft thread (net/raftd.c) and
+ * the simulation (tests/support/sim_node.c) run exactly this code; net/
+ * adds sockets, clocks and rings around it.
+ *
+ * Inputs: messages from the shards (core/msg.h: proposals, read barriers,
+ * snapshot parts), Raft updates from the core (after a tick, a received
+ * peer message, a proposal, a membership change), the time. Outputs:
+ * messages to the shards (committed commands, roles, read results,
+ * snapshot requests and installs) through a struct tk_msg_out, messages to
+ * peers and log lines through struct tk_driver_io.
+ *
+ * What it does:
+ *  - Batching and token numbering (SPEC 7): the proposals of every shard
+ *    of a round go into one DATA entry (u32 count | tk_cmd encodings) and
+ *    its grants are numbered from the core's fencing counter. When the log
+ *    is full, complete batches wait here in order (bounded by proposals_max,
+ *    one proposal per key in flight) and the shards' messages keep being
+ *    read, so snapshot parts and read barriers are never stuck behind them.
+ *  - Roles and epochs: every role change is a ROLE message with a new
+ *    epoch to every shard; a step-down reaches the shards before any entry
+ *    of the new leadership is applied or a snapshot installed; a new
+ *    leader announces itself only after its term's first entry is applied
+ *    (and, for a forced new domain, after serve_after). A batch the core
+ *    refuses while this node leads (a leadership transfer) steps the shards
+ *    down, so no key stays in flight with nobody to finish it.
+ *  - Reads: the barriers asked in a round become one read group.
+ *  - Snapshots: SNAP_REQ to every shard, merge of the parts in token order
+ *    into one blob (core/snap.h), install split per shard, one message each.
+ */
+#ifndef TK_RAFT_DRIVER_H
+#define TK_RAFT_DRIVER_H
+
+#include "core/msg.h"
+#include "raft/raft.h"
+
+#define TK_DRIVER_BATCH_CMDS_MAX 4096
+#define TK_DRIVER_READ_GROUPS_MAX 1024
+#define TK_DRIVER_SHARDS_MAX 64
+/* Tokens count microseconds since the Unix epoch at bootstrap at least;
+ * no domain is started before 2026-01-01T00:00:00Z. */
+#define TK_DRIVER_TOKEN_EPOCH_US UINT64_C(1767225600000000)
+
+/* What the driver reports (the server logs them): a, b as listed. */
+enum tk_driver_event {
+    TK_DRIVER_EV_LEADING = 1,      /* term, index of its first entry: serving */
+    TK_DRIVER_EV_STEPPED_DOWN,     /* term */
+    TK_DRIVER_EV_INSTALLED,        /* held keys, bytes */
+    TK_DRIVER_EV_SNAPSHOT_REFUSED, /* index, error code */
+    TK_DRIVER_EV_BOOTSTRAP,        /* first token, voters */
+    TK_DRIVER_EV_BOOTSTRAP_FAILED, /* error code */
+    TK_DRIVER_EV_BATCH_REFUSED,    /* commands, error code: shards stepped down */
+    TK_DRIVER_EV_HELD,             /* serve_after wall time: a forced domain waits */
+};
+/* Samples for histograms. */
+enum { TK_DRIVER_SAMPLE_BATCH, TK_DRIVER_SAMPLE_LATENCY };
+
+struct tk_driver_io {
+    void *ctx;
+    /* A message to a peer (m->to names it). */
+    void (*send)(void *ctx, const struct tk_raft_msg *m);
+    void (*event)(void *ctx, int event, uint64_t a, uint64_t b);
+    /* One sample: commands of a proposed entry, or commit latency (us). */
+    void (*sample)(void *ctx, int which, uint64_t v);
+    /* A snapshot from the leader cannot be loaded (checked before anything
+     * changed): the node must stop (the server exits with status 3). */
+    void (*fatal)(void *ctx, const char *why);
+    /* Optional: a committed entry was handed to the shards (observers). */
+    void (*applied)(void *ctx, uint64_t index, const struct tk_raft_entry *e);
+    /* Optional: a snapshot was installed at index. */
+    void (*installed)(void *ctx, uint64_t index, const uint8_t *blob, size_t len);
+};
+
+struct tk_driver_options {
+    uint32_t nshards;
+    struct tk_raft_options raft;
+    uint64_t proposals_max;          /* proposals that may wait while the log is full */
+    char advertise[TK_MSG_ADDR_MAX]; /* this node's client address */
+};
+
+struct tk_driver_stats {
+    uint64_t commands, entries; /* applied commands, proposed entries */
+    uint64_t last_snapshot_bytes;
+    uint64_t waiting_batches; /* complete batches waiting for log room */
+    uint64_t refused_batches; /* batches refused while leading */
+    uint64_t epoch;
+    uint64_t applied;
+    bool serving; /* the shards lead */
+};
+
+struct tk_driver;
+
+struct tk_driver *tk_driver_create(const struct tk_driver_options *o,
+                                   const struct tk_msg_out *out,
+                                   const struct tk_driver_io *io);
+void tk_driver_destroy(struct tk_driver *d);
+
+/* The core, for the callers that step it directly (peer messages,
+ * membership changes, probes); each such step's update must then go
+ * through tk_driver_process(). */
+struct tk_raft *tk_driver_core(struct tk_driver *d);
+
+/* Sets the clocks for the calls that follow: monotonic now_us (never
+ * decreasing) and the wall clock (bootstrap tokens, serve_after). */
+void tk_driver_clock(struct tk_driver *d, uint64_t now_us, uint64_t wall_us);
+
+/* Performs an update of the core, and everything it leads to. */
+void tk_driver_process(struct tk_driver *d, int rc, struct tk_raft_update *up);
+/* Ticks the core if its deadline passed. */
+void tk_driver_tick(struct tk_driver *d);
+/* Earliest time the driver needs a tick. */
+uint64_t tk_driver_deadline(const struct tk_driver *d);
+
+/* A message from shard src. Always consumed. */
+void tk_driver_message(struct tk_driver *d,
+                       uint32_t src,
+                       uint32_t kind,
+                       const uint8_t *data,
+                       uint32_t len);
+/* End of a round of shard messages: proposes what was batched, starts a
+ * read barrier for the reads asked. */
+void tk_driver_flush(struct tk_driver *d);
+
+/* Writes entry 1 of a new fencing domain (config c, first token at least
+ * the wall clock and token_floor). Returns the core's verdict; failures are
+ * logged and change nothing. */
+int tk_driver_bootstrap(struct tk_driver *d, const struct tk_raft_config *c, uint64_t token_floor);
+
+/* Hands leadership to the most caught-up voter (SIGTERM). */
+int tk_driver_transfer(struct tk_driver *d);
+
+/* A node outside any configuration (joining) tells its clients where the
+ * domain's leader is: a ROLE (follow, addr) if addr changed. */
+void tk_driver_point_clients(struct tk_driver *d, const char *addr);
+
+bool tk_driver_serving(const struct tk_driver *d);
+/* The leader's client address the shards were last told ("" if none). */
+const char *tk_driver_leader_addr(const struct tk_driver *d);
+void tk_driver_stats(const struct tk_driver *d, struct tk_driver_stats *st);
+/* Checks the payload of a DATA entry (u32 count | commands, grants
+ * numbered token_first, token_first + 1, ... up to token_next). */
+int tk_driver_check_entry(const uint8_t *data,
+                          uint32_t len,
+                          uint64_t token_first,
+                          uint64_t token_next);
+
+#endif

@@ -1,0 +1,492 @@
+/* The shard runtime (shard/shard.h): routing, epochs, forwarded and early
+ * requests, held reads, and the snapshot cut and install of one shard. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/snap.h"
+#include "shard/shard.h"
+
+/* A Q or N reply held until a read barrier confirms this node still led
+ * after computing it (linearizable reads, SPEC 3). */
+struct held_reply {
+    struct held_reply *next;
+    uint64_t round;
+    struct tk_msg_reply r;
+    char owner[TK_OWNER_LEN_MAX];
+};
+
+/* A forwarded request whose epoch this shard has not reached yet: it waits
+ * for our ROLE message. */
+struct early_req {
+    struct early_req *next;
+    struct tk_msg_req q;
+    char bytes[TK_KEY_LEN_MAX + TK_OWNER_LEN_MAX];
+};
+
+struct tk_shard {
+    struct tk_shard_options o;
+    struct tk_msg_out out;
+    struct tk_shard_client client;
+    struct tk_lock_table *table;
+    struct tk_lock_sink sink;
+    uint64_t now_us; /* of the step in progress */
+    bool leader;
+    uint64_t epoch; /* of the last ROLE message */
+
+    struct held_reply *held_head, *held_tail;
+    uint64_t nheld;
+    uint64_t read_round; /* tag of replies held in the current round */
+    uint64_t read_barriers;
+    struct early_req *early_head, *early_tail;
+    uint64_t nearly;
+};
+
+/* ------------------------------------------------------------------ */
+/* Replies */
+
+static void reply_now(struct tk_shard *sh, const struct tk_msg_reply *r)
+{
+    uint32_t dst = tk_client_shard(r->client);
+    TK_ASSERT(dst < sh->o.nshards);
+    if (dst == sh->o.idx) {
+        sh->client.reply(sh->client.ctx, r);
+        return;
+    }
+    struct tk_msg m = {.kind = TK_MSG_REPLY, .u.reply = *r};
+    tk_msg_send(&sh->out, dst, &m);
+}
+
+static void refuse(struct tk_shard *sh, uint64_t client, uint64_t id, uint8_t reason)
+{
+    uint32_t dst = tk_client_shard(client);
+    TK_ASSERT(dst < sh->o.nshards);
+    if (dst == sh->o.idx) {
+        sh->client.refuse(sh->client.ctx, client, id, reason);
+        return;
+    }
+    struct tk_msg m = {.kind = TK_MSG_REFUSE, .u.refuse = {client, id, reason}};
+    tk_msg_send(&sh->out, dst, &m);
+}
+
+static void sink_reply(void *ctx, const struct tk_lock_reply *lr)
+{
+    struct tk_shard *sh = ctx;
+    struct tk_msg_reply r = {
+        .client = lr->client,
+        .id = lr->id,
+        .token = lr->token,
+        .waiters = lr->waiters,
+        .type = lr->type,
+        .owner_len = (uint8_t)lr->owner_len,
+        .owner = lr->owner,
+    };
+    if (r.type != 'Q' && r.type != 'N') {
+        reply_now(sh, &r);
+        return;
+    }
+    /* A read: hold it until a barrier started after now confirms that this
+     * node still led; a deposed leader must not answer from stale state.
+     * Bounded: every held reply answers a request in flight. */
+    TK_ASSERT(sh->nheld < sh->o.requests_max);
+    struct held_reply *h = malloc(sizeof(*h));
+    TK_ASSERT(h != NULL);
+    h->next = NULL;
+    h->round = sh->read_round;
+    h->r = r;
+    if (r.owner_len) {
+        memcpy(h->owner, r.owner, r.owner_len);
+        h->r.owner = h->owner;
+    }
+    if (sh->held_tail)
+        sh->held_tail->next = h;
+    else
+        sh->held_head = h;
+    sh->held_tail = h;
+    sh->nheld++;
+}
+
+static void sink_propose(void *ctx, const struct tk_cmd *cmd)
+{
+    struct tk_shard *sh = ctx;
+    struct tk_msg m = {.kind = TK_MSG_PROPOSE,
+                       .u.propose = {.epoch = sh->epoch, .proposed_us = sh->now_us, .cmd = *cmd}};
+    tk_msg_send(&sh->out, TK_MSG_TO_DRIVER, &m);
+}
+
+/* Releases held reads up to round (ok), or drops them (leadership lost:
+ * the connections are closed with M). */
+static void release_reads(struct tk_shard *sh, uint64_t round, bool ok)
+{
+    while (sh->held_head && sh->held_head->round <= round) {
+        struct held_reply *h = sh->held_head;
+        sh->held_head = h->next;
+        if (!sh->held_head)
+            sh->held_tail = NULL;
+        if (ok)
+            reply_now(sh, &h->r);
+        sh->nheld--;
+        free(h);
+    }
+}
+
+void tk_shard_flush(struct tk_shard *sh)
+{
+    if (!sh->held_tail || sh->held_tail->round != sh->read_round)
+        return;
+    struct tk_msg m = {.kind = TK_MSG_READ, .u.read = {sh->read_round}};
+    tk_msg_send(&sh->out, TK_MSG_TO_DRIVER, &m);
+    sh->read_round++;
+    sh->read_barriers++;
+}
+
+/* ------------------------------------------------------------------ */
+/* Requests */
+
+static void local_request(struct tk_shard *sh, const struct tk_msg_req *q)
+{
+    struct tk_lock_req lr = {
+        .type = q->type,
+        .client = q->client,
+        .id = q->id,
+        .key = q->key,
+        .key_len = q->key_len,
+        .owner = q->owner,
+        .owner_len = q->owner_len,
+        .lease_ms = q->lease_ms,
+        .wait_ms = q->wait_ms,
+        .token = q->token,
+    };
+    int rc = tk_lock_request(sh->table, sh->now_us, &lr, &sh->sink);
+    if (rc != TK_OK)
+        refuse(sh, q->client, q->id, rc == TK_ENOTLEADER ? TK_REFUSE_MOVED : TK_REFUSE_OVERLOAD);
+}
+
+void tk_shard_request(struct tk_shard *sh, uint64_t now_us, const struct tk_msg_req *q)
+{
+    sh->now_us = now_us;
+    TK_ASSERT(tk_client_shard(q->client) == sh->o.idx);
+    uint32_t dst = tk_cmd_shard(q->key, q->key_len, sh->o.nshards);
+    if (dst == sh->o.idx) {
+        local_request(sh, q);
+        return;
+    }
+    struct tk_msg m = {.kind = TK_MSG_REQ, .u.req = *q};
+    m.u.req.epoch = sh->epoch;
+    tk_msg_send(&sh->out, dst, &m);
+}
+
+/* A request forwarded by another shard, under its epoch. */
+static void forwarded_request(struct tk_shard *sh, const struct tk_msg_req *q)
+{
+    if (q->epoch > sh->epoch) {
+        /* The sender already read a ROLE message we have not read yet. */
+        TK_ASSERT(sh->nearly < sh->o.requests_max);
+        struct early_req *e = malloc(sizeof(*e));
+        TK_ASSERT(e != NULL);
+        e->next = NULL;
+        e->q = *q;
+        memcpy(e->bytes, q->key, q->key_len);
+        if (q->owner_len)
+            memcpy(e->bytes + q->key_len, q->owner, q->owner_len);
+        e->q.key = e->bytes;
+        e->q.owner = e->bytes + q->key_len;
+        if (sh->early_tail)
+            sh->early_tail->next = e;
+        else
+            sh->early_head = e;
+        sh->early_tail = e;
+        sh->nearly++;
+        return;
+    }
+    if (q->epoch < sh->epoch || !sh->leader) {
+        refuse(sh, q->client, q->id, TK_REFUSE_MOVED);
+        return;
+    }
+    local_request(sh, q);
+}
+
+static void replay_early(struct tk_shard *sh)
+{
+    struct early_req *e = sh->early_head;
+    sh->early_head = sh->early_tail = NULL;
+    sh->nearly = 0;
+    while (e) {
+        struct early_req *next = e->next;
+        forwarded_request(sh, &e->q); /* may queue it again for a later epoch */
+        free(e);
+        e = next;
+    }
+}
+
+void tk_shard_client_closed(struct tk_shard *sh, uint64_t client)
+{
+    for (uint32_t j = 0; j < sh->o.nshards; j++) {
+        if (j == sh->o.idx) {
+            tk_lock_client_closed(sh->table, client);
+            continue;
+        }
+        struct tk_msg m = {.kind = TK_MSG_CLOSED, .u.closed = {client}};
+        tk_msg_send(&sh->out, j, &m);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* From the driver */
+
+static void set_role(struct tk_shard *sh, const struct tk_msg_role *m)
+{
+    TK_ASSERT(m->epoch > sh->epoch);
+    sh->epoch = m->epoch;
+    bool was_leader = sh->leader;
+    sh->leader = m->lead;
+    if (sh->leader) {
+        TK_ASSERT(!was_leader);
+        tk_lock_lead(sh->table, sh->now_us);
+    } else {
+        /* Stepped down (or a new leader is known): pending requests are
+         * never answered with a guess; clients get M and reconnect. */
+        tk_lock_follow(sh->table);
+        release_reads(sh, UINT64_MAX, false);
+    }
+    sh->client.role(sh->client.ctx, sh->leader, m->leader_addr);
+    replay_early(sh);
+}
+
+/* A cut in progress: records in table order and where each one is. Both
+ * arrays are sized from the held count up front and double when needed. */
+struct snap_cut {
+    struct tk_msg_snap_part part;
+    size_t cap;
+    uint64_t recs_cap;
+};
+
+static void snapshot_cut_fn(void *ctx, const struct tk_cmd *grant, uint32_t left_ms)
+{
+    struct snap_cut *sc = ctx;
+    struct tk_msg_snap_part *part = &sc->part;
+    if (sc->cap - part->len < TK_SNAP_RECORD_MAX) {
+        sc->cap = TK_MAX(sc->cap * 2, part->len + TK_SNAP_RECORD_MAX);
+        part->data = realloc(part->data, sc->cap);
+        TK_ASSERT(part->data != NULL);
+    }
+    if (part->count == sc->recs_cap) {
+        sc->recs_cap = TK_MAX(sc->recs_cap * 2, 1024);
+        part->recs = realloc(part->recs, sc->recs_cap * sizeof(*part->recs));
+        TK_ASSERT(part->recs != NULL);
+    }
+    size_t n = tk_snap_put(part->data + part->len, TK_SNAP_RECORD_MAX, grant, left_ms);
+    TK_ASSERT(n > 0);
+    part->recs[part->count] = (struct tk_snap_rec){grant->token, part->len, n};
+    part->len += n;
+    part->count++;
+}
+
+/* Sorts the records by token: LSD radix sort on token - min, 16 bits a
+ * pass, as many passes as the tokens' spread needs (one or two in
+ * practice). Linear, and done here so the shards sort in parallel, off the
+ * Raft thread, which only merges. */
+static void snapshot_sort(struct tk_msg_snap_part *part)
+{
+    uint64_t n = part->count;
+    if (n < 2)
+        return;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        lo = TK_MIN(lo, part->recs[i].token);
+        hi = TK_MAX(hi, part->recs[i].token);
+    }
+    struct tk_snap_rec *a = part->recs, *b = malloc(n * sizeof(*b));
+    uint32_t *count = malloc(65536 * sizeof(*count));
+    TK_ASSERT(b != NULL);
+    TK_ASSERT(count != NULL);
+    for (unsigned shift = 0; shift < 64 && ((hi - lo) >> shift) != 0; shift += 16) {
+        memset(count, 0, 65536 * sizeof(*count));
+        for (uint64_t i = 0; i < n; i++)
+            count[((a[i].token - lo) >> shift) & 0xffff]++;
+        uint32_t sum = 0;
+        for (uint32_t d = 0; d < 65536; d++) {
+            uint32_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (uint64_t i = 0; i < n; i++)
+            b[count[((a[i].token - lo) >> shift) & 0xffff]++] = a[i];
+        struct tk_snap_rec *t = a;
+        a = b;
+        b = t;
+    }
+    free(count);
+    free(b);
+    part->recs = a;
+    for (uint64_t i = 1; i < n; i++)
+        TK_ASSERT(a[i].token > a[i - 1].token); /* tokens are unique */
+}
+
+static void snapshot_cut(struct tk_shard *sh, uint64_t index)
+{
+    struct tk_lock_stats ls;
+    tk_lock_stats(sh->table, &ls);
+    struct snap_cut sc = {.part = {.index = index}};
+    /* Most keys are short: 64 bytes a record covers them without growth. */
+    sc.cap = TK_MAX((size_t)ls.held * 64u, (size_t)TK_SNAP_RECORD_MAX);
+    sc.part.data = malloc(sc.cap);
+    sc.recs_cap = TK_MAX(ls.held, 1024u);
+    sc.part.recs = malloc(sc.recs_cap * sizeof(*sc.part.recs));
+    TK_ASSERT(sc.part.data != NULL);
+    TK_ASSERT(sc.part.recs != NULL);
+    tk_lock_each_holder_left(sh->table, sh->now_us, snapshot_cut_fn, &sc);
+    TK_ASSERT(sc.part.count == ls.held);
+    snapshot_sort(&sc.part);
+    struct tk_msg m = {.kind = TK_MSG_SNAP_PART, .u.snap_part = sc.part};
+    tk_msg_send(&sh->out, TK_MSG_TO_DRIVER, &m);
+}
+
+/* Replaces the table by the holders of a snapshot (this shard's keys). The
+ * driver checked the whole blob before any shard dropped anything. */
+static void install(struct tk_shard *sh, const struct tk_msg_install *in)
+{
+    TK_ASSERT(!sh->leader);
+    tk_lock_clear(sh->table);
+    size_t pos = 0;
+    for (uint64_t i = 0; i < in->count; i++) {
+        struct tk_cmd c;
+        uint32_t left = 0;
+        TK_ASSERT(tk_snap_next(in->data, in->len, &pos, &c, &left) == TK_OK);
+        TK_ASSERT(tk_cmd_shard(c.key, c.key_len, sh->o.nshards) == sh->o.idx);
+        tk_lock_restore_left(sh->table, sh->now_us, &c, left);
+    }
+    TK_ASSERT(pos == in->len);
+    free(in->data);
+}
+
+void tk_shard_message(struct tk_shard *sh,
+                      uint64_t now_us,
+                      uint32_t src,
+                      uint32_t kind,
+                      const uint8_t *data,
+                      uint32_t len)
+{
+    sh->now_us = now_us;
+    struct tk_msg m;
+    TK_ASSERT(tk_msg_decode(kind, data, len, &m) == TK_OK);
+    bool from_driver = src == TK_MSG_TO_DRIVER;
+    TK_ASSERT(from_driver || (src < sh->o.nshards && src != sh->o.idx));
+    switch (kind) {
+        case TK_MSG_REQ:
+            TK_ASSERT(!from_driver);
+            forwarded_request(sh, &m.u.req);
+            break;
+        case TK_MSG_REPLY:
+            TK_ASSERT(!from_driver && tk_client_shard(m.u.reply.client) == sh->o.idx);
+            sh->client.reply(sh->client.ctx, &m.u.reply);
+            break;
+        case TK_MSG_REFUSE:
+            TK_ASSERT(!from_driver && tk_client_shard(m.u.refuse.client) == sh->o.idx);
+            sh->client.refuse(sh->client.ctx, m.u.refuse.client, m.u.refuse.id, m.u.refuse.reason);
+            break;
+        case TK_MSG_CLOSED:
+            TK_ASSERT(!from_driver);
+            tk_lock_client_closed(sh->table, m.u.closed.client);
+            break;
+        case TK_MSG_APPLY:
+            TK_ASSERT(from_driver);
+            TK_ASSERT(tk_cmd_shard(m.u.apply.cmd.key, m.u.apply.cmd.key_len, sh->o.nshards) ==
+                      sh->o.idx);
+            tk_lock_apply(sh->table, now_us, &m.u.apply.cmd, &sh->sink);
+            break;
+        case TK_MSG_ROLE:
+            TK_ASSERT(from_driver);
+            set_role(sh, &m.u.role);
+            break;
+        case TK_MSG_READ_DONE:
+            TK_ASSERT(from_driver);
+            release_reads(sh, m.u.read_done.round, m.u.read_done.ok);
+            break;
+        case TK_MSG_SNAP_REQ:
+            TK_ASSERT(from_driver);
+            snapshot_cut(sh, m.u.snap_req.index);
+            break;
+        case TK_MSG_INSTALL:
+            TK_ASSERT(from_driver);
+            install(sh, &m.u.install);
+            break;
+        default:
+            TK_ASSERT(!"unexpected message kind for a shard");
+    }
+}
+
+void tk_shard_tick(struct tk_shard *sh, uint64_t now_us)
+{
+    sh->now_us = now_us;
+    if (tk_lock_next_deadline(sh->table) <= now_us)
+        tk_lock_tick(sh->table, now_us, &sh->sink);
+}
+
+uint64_t tk_shard_deadline(const struct tk_shard *sh)
+{
+    return tk_lock_next_deadline(sh->table);
+}
+
+bool tk_shard_leads(const struct tk_shard *sh)
+{
+    return sh->leader;
+}
+
+void tk_shard_stats(const struct tk_shard *sh, struct tk_shard_stats *st)
+{
+    tk_lock_stats(sh->table, &st->lock);
+    st->reads_held = sh->nheld;
+    st->read_barriers = sh->read_barriers;
+    st->early = sh->nearly;
+    st->epoch = sh->epoch;
+}
+
+void tk_shard_check(const struct tk_shard *sh)
+{
+    tk_lock_check(sh->table);
+    TK_ASSERT(sh->leader == tk_lock_is_leader(sh->table));
+    TK_ASSERT(!sh->leader || sh->nheld == 0 || sh->held_head != NULL);
+}
+
+const struct tk_lock_table *tk_shard_table(const struct tk_shard *sh)
+{
+    return sh->table;
+}
+
+/* ------------------------------------------------------------------ */
+/* Life */
+
+struct tk_shard *tk_shard_create(const struct tk_shard_options *o,
+                                 const struct tk_msg_out *out,
+                                 const struct tk_shard_client *client)
+{
+    TK_ASSERT(o->nshards > 0 && o->idx < o->nshards && o->nshards <= 256);
+    struct tk_shard *sh = calloc(1, sizeof(*sh));
+    if (!sh)
+        return NULL;
+    sh->o = *o;
+    sh->out = *out;
+    sh->client = *client;
+    sh->read_round = 1;
+    sh->table = tk_lock_create(&o->limits);
+    if (!sh->table) {
+        free(sh);
+        return NULL;
+    }
+    sh->sink = (struct tk_lock_sink){.reply = sink_reply, .propose = sink_propose, .ctx = sh};
+    return sh;
+}
+
+void tk_shard_destroy(struct tk_shard *sh)
+{
+    if (!sh)
+        return;
+    release_reads(sh, UINT64_MAX, false);
+    for (struct early_req *e = sh->early_head; e;) {
+        struct early_req *next = e->next;
+        free(e);
+        e = next;
+    }
+    tk_lock_destroy(sh->table);
+    free(sh);
+}

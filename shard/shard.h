@@ -1,0 +1,117 @@
+/* The shard runtime: one per worker thread, a pure step function around the
+ * shard's lock table (shard/lock.h). Nothing else calls tk_lock_*.
+ *
+ * Inputs: requests from this worker's own connections, messages from other
+ * shards and from the Raft driver (core/msg.h), the time, the end of a
+ * round. Outputs: messages to other shards and to the driver (through a
+ * struct tk_msg_out), and replies for this worker's connections (through
+ * struct tk_shard_client). The server's worker (net/worker.c) and the
+ * simulation (tests/support/sim_node.c) run exactly this code.
+ *
+ * Rules it keeps:
+ *  - Routing: a request goes to the shard owning its key (tk_cmd_shard);
+ *    replies come back to the shard whose worker holds the connection
+ *    (tk_shard_client_shard(client)).
+ *  - Epochs: every ROLE message from the driver starts a new epoch. A
+ *    forwarded request carries the sender's epoch: one from an older epoch
+ *    is refused with M; one from a newer epoch (the sender read its ROLE
+ *    first) waits until this shard reads the same ROLE. Proposals carry the
+ *    epoch, and the driver drops those of an older epoch.
+ *  - Reads: a Q or N reply is held until a read barrier started after it
+ *    was computed confirms this node still led (SPEC 3); the barrier is
+ *    asked once per round (tk_shard_flush()).
+ *  - Leases: committed grants are stamped with the time passed in with the
+ *    APPLY message's step, never an earlier one.
+ *  - Snapshots: SNAP_REQ cuts the shard's holders in token order, each with
+ *    what remains of its lease; INSTALL replaces the table.
+ *
+ * Bounds: held replies and early requests are each bounded by the requests
+ * in flight on the node (requests_max), asserted.
+ */
+#ifndef TK_SHARD_SHARD_H
+#define TK_SHARD_SHARD_H
+
+#include "core/msg.h"
+#include "shard/lock.h"
+
+/* A connection reference carried with requests: shard (worker) | slot |
+ * generation; a reference is never reused while a reply can still come. */
+static inline uint64_t tk_client_ref(uint32_t shard, uint32_t slot, uint32_t gen)
+{
+    return ((uint64_t)shard << 56) | ((uint64_t)(slot & 0xffffffu) << 32) | gen;
+}
+static inline uint32_t tk_client_shard(uint64_t ref)
+{
+    return (uint32_t)(ref >> 56);
+}
+static inline uint32_t tk_client_slot(uint64_t ref)
+{
+    return (uint32_t)(ref >> 32) & 0xffffffu;
+}
+static inline uint32_t tk_client_gen(uint64_t ref)
+{
+    return (uint32_t)ref;
+}
+
+/* What the shard tells its own worker. */
+struct tk_shard_client {
+    void *ctx;
+    /* A reply (G T B R N Q) for one of this worker's connections. */
+    void (*reply)(void *ctx, const struct tk_msg_reply *r);
+    /* A request of one of this worker's connections was refused: close it
+     * with M or `E - overload` (reason: enum tk_refuse). */
+    void (*refuse)(void *ctx, uint64_t client, uint64_t id, uint8_t reason);
+    /* The role changed. !lead: every open client connection gets M with
+     * leader_addr ("" unknown) and closes; nothing pending is answered. */
+    void (*role)(void *ctx, bool lead, const char *leader_addr);
+};
+
+struct tk_shard_options {
+    uint32_t idx, nshards;
+    struct tk_lock_limits limits;
+    uint64_t requests_max; /* requests in flight on the whole node */
+};
+
+struct tk_shard_stats {
+    struct tk_lock_stats lock;
+    uint64_t reads_held;    /* Q/N replies waiting for a barrier */
+    uint64_t read_barriers; /* barriers asked */
+    uint64_t early;         /* forwarded requests waiting for a ROLE */
+    uint64_t epoch;
+};
+
+struct tk_shard;
+
+struct tk_shard *tk_shard_create(const struct tk_shard_options *o,
+                                 const struct tk_msg_out *out,
+                                 const struct tk_shard_client *client);
+void tk_shard_destroy(struct tk_shard *sh);
+
+/* A request of one of this worker's connections (q->epoch is ignored: the
+ * shard's own). */
+void tk_shard_request(struct tk_shard *sh, uint64_t now_us, const struct tk_msg_req *q);
+/* One of this worker's connections closed (it had been ready). */
+void tk_shard_client_closed(struct tk_shard *sh, uint64_t client);
+/* A message from another shard or the driver (src: shard index or
+ * TK_MSG_TO_DRIVER). */
+void tk_shard_message(struct tk_shard *sh,
+                      uint64_t now_us,
+                      uint32_t src,
+                      uint32_t kind,
+                      const uint8_t *data,
+                      uint32_t len);
+/* Fires due timers; cheap when nothing is due. */
+void tk_shard_tick(struct tk_shard *sh, uint64_t now_us);
+/* When tk_shard_tick() next has work (UINT64_MAX: none). */
+uint64_t tk_shard_deadline(const struct tk_shard *sh);
+/* End of a round: asks for a read barrier if replies were held. */
+void tk_shard_flush(struct tk_shard *sh);
+
+bool tk_shard_leads(const struct tk_shard *sh);
+void tk_shard_stats(const struct tk_shard *sh, struct tk_shard_stats *st);
+/* O(n) check of the table; panics on corruption. */
+void tk_shard_check(const struct tk_shard *sh);
+/* The lock table, read-only (the simulation compares it to its model). */
+const struct tk_lock_table *tk_shard_table(const struct tk_shard *sh);
+
+#endif

@@ -1,0 +1,377 @@
+/* One node's pure layers together: a Raft driver (raft/driver.h) and its
+ * shards (shard/shard.h) joined by FIFO queues the test pumps by hand, the
+ * way the server's rings join its threads. Standalone (one voter), so
+ * every entry commits as soon as it is proposed. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/snap.h"
+#include "raft/driver.h"
+#include "shard/shard.h"
+
+#define NSHARDS 3
+#define QMAX 4096
+#define T0 UINT64_C(1000000000)
+#define WALL UINT64_C(1800000000000000)
+
+struct qmsg {
+    uint32_t src, kind, len;
+    uint8_t data[TK_MSG_ENCODED_MAX];
+};
+
+struct queue {
+    struct qmsg *m;
+    uint32_t head, len;
+};
+
+struct node;
+struct ctx {
+    struct node *n;
+    uint32_t idx; /* shard index, or TK_MSG_TO_DRIVER */
+};
+
+struct answer {
+    uint64_t client, id, token;
+    char type;
+};
+
+struct node {
+    struct tk_driver *d;
+    struct tk_shard *sh[NSHARDS];
+    struct ctx cx[NSHARDS + 1];
+    struct queue to_shard[NSHARDS]; /* from the driver and other shards */
+    struct queue to_driver;
+    uint64_t now;
+    bool hold_snap_req; /* keep SNAP_REQ in the shards' queues */
+    struct answer ans[QMAX];
+    uint32_t nans;
+};
+
+static void q_push(struct queue *q, uint32_t src, uint32_t kind, uint32_t len, void **room)
+{
+    cr_assert_lt(q->len, QMAX);
+    struct qmsg *m = &q->m[(q->head + q->len++) % QMAX];
+    m->src = src;
+    m->kind = kind;
+    m->len = len;
+    *room = m->data;
+}
+
+static void *put(void *c, uint32_t dst, uint32_t kind, uint32_t len)
+{
+    struct ctx *cx = c;
+    void *room;
+    if (dst == TK_MSG_TO_DRIVER)
+        q_push(&cx->n->to_driver, cx->idx, kind, len, &room);
+    else
+        q_push(&cx->n->to_shard[dst], cx->idx, kind, len, &room);
+    return room;
+}
+
+static void on_reply(void *c, const struct tk_msg_reply *r)
+{
+    struct node *n = ((struct ctx *)c)->n;
+    n->ans[n->nans++] = (struct answer){r->client, r->id, r->token, r->type};
+}
+
+static void on_refuse(void *c, uint64_t client, uint64_t id, uint8_t reason)
+{
+    struct node *n = ((struct ctx *)c)->n;
+    n->ans[n->nans++] = (struct answer){client, id, 0, reason == TK_REFUSE_MOVED ? 'M' : 'X'};
+}
+
+static void on_role(void *c, bool lead, const char *addr)
+{
+    (void)c;
+    (void)lead;
+    (void)addr;
+}
+
+static void on_send(void *c, const struct tk_raft_msg *m)
+{
+    (void)c;
+    (void)m;
+    cr_assert_fail("a standalone node sends nothing");
+}
+
+static void on_fatal(void *c, const char *why)
+{
+    (void)c;
+    cr_assert_fail("fatal: %s", why);
+}
+
+static void node_init(struct node *n, uint64_t log_entries_max)
+{
+    memset(n, 0, sizeof(*n));
+    n->now = T0;
+    for (uint32_t i = 0; i < NSHARDS; i++)
+        n->to_shard[i].m = calloc(QMAX, sizeof(struct qmsg));
+    n->to_driver.m = calloc(QMAX, sizeof(struct qmsg));
+    struct tk_driver_options o = {.nshards = NSHARDS, .proposals_max = 100000};
+    tk_raft_options_default(&o.raft, 7, 42);
+    o.raft.log_entries_max = log_entries_max;
+    o.raft.snapshot_entries = TK_MAX(log_entries_max / 4, 2);
+    o.raft.snapshot_trailing = 1;
+    strcpy(o.advertise, "127.0.0.1:7000");
+    n->cx[NSHARDS] = (struct ctx){n, TK_MSG_TO_DRIVER};
+    struct tk_msg_out dout = {.ctx = &n->cx[NSHARDS], .put = put};
+    struct tk_driver_io io = {.ctx = n, .send = on_send, .fatal = on_fatal};
+    n->d = tk_driver_create(&o, &dout, &io);
+    cr_assert_not_null(n->d);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        n->cx[i] = (struct ctx){n, i};
+        struct tk_shard_options so = {
+            .idx = i,
+            .nshards = NSHARDS,
+            .limits = {.keys_max = 10000, .waiters_per_key_max = 64, .waiters_max = 10000},
+            .requests_max = 10000};
+        struct tk_msg_out out = {.ctx = &n->cx[i], .put = put};
+        struct tk_shard_client cl = {
+            .ctx = &n->cx[i], .reply = on_reply, .refuse = on_refuse, .role = on_role};
+        n->sh[i] = tk_shard_create(&so, &out, &cl);
+        cr_assert_not_null(n->sh[i]);
+    }
+    tk_driver_clock(n->d, n->now, WALL);
+    struct tk_raft_config c = {.domain_lo = 1, .domain_hi = 2, .n = 1};
+    c.m[0] = (struct tk_raft_member){.id = 7, .role = TK_RAFT_VOTER};
+    strcpy(c.m[0].peer_addr, "127.0.0.1:7100");
+    strcpy(c.m[0].client_addr, "127.0.0.1:7000");
+    cr_assert_eq(tk_driver_bootstrap(n->d, &c, 0), TK_OK);
+}
+
+static void node_free(struct node *n)
+{
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        tk_shard_destroy(n->sh[i]);
+        free(n->to_shard[i].m);
+    }
+    tk_driver_destroy(n->d);
+    free(n->to_driver.m);
+}
+
+/* One round: every shard reads its queue (SNAP_REQ held back if asked),
+ * ends its round; the driver reads its queue and ends its round. Returns
+ * the messages handled. */
+static uint32_t node_round(struct node *n)
+{
+    uint32_t handled = 0;
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        struct queue *q = &n->to_shard[i];
+        while (q->len > 0) {
+            struct qmsg *m = &q->m[q->head];
+            if (n->hold_snap_req && m->kind == TK_MSG_SNAP_REQ)
+                break; /* FIFO: nothing behind it is read either */
+            tk_shard_message(n->sh[i], n->now, m->src, m->kind, m->data, m->len);
+            q->head = (q->head + 1) % QMAX;
+            q->len--;
+            handled++;
+        }
+        tk_shard_tick(n->sh[i], n->now);
+        tk_shard_flush(n->sh[i]);
+    }
+    tk_driver_clock(n->d, n->now, WALL);
+    tk_driver_tick(n->d);
+    struct queue *q = &n->to_driver;
+    while (q->len > 0) {
+        struct qmsg *m = &q->m[q->head];
+        tk_driver_message(n->d, m->src, m->kind, m->data, m->len);
+        q->head = (q->head + 1) % QMAX;
+        q->len--;
+        handled++;
+    }
+    tk_driver_flush(n->d);
+    return handled;
+}
+
+static void node_settle(struct node *n)
+{
+    for (int i = 0; i < 100 && node_round(n) > 0; i++)
+        ;
+}
+
+static void request(struct node *n, uint32_t shard, char type, const char *key, uint64_t id)
+{
+    struct tk_msg_req q = {
+        .client = tk_client_ref(shard, 1, 1),
+        .id = id,
+        .type = type,
+        .key = key,
+        .key_len = (uint8_t)strlen(key),
+        .owner = "alice",
+        .owner_len = 5,
+        .lease_ms = 10000,
+        .wait_ms = 0,
+    };
+    tk_shard_request(n->sh[shard], n->now, &q);
+}
+
+static const struct answer *answer_of(const struct node *n, uint64_t id)
+{
+    for (uint32_t i = 0; i < n->nans; i++)
+        if (n->ans[i].id == id)
+            return &n->ans[i];
+    return NULL;
+}
+
+Test(node, requests_cross_shards_and_tokens_increase)
+{
+    struct node n;
+    node_init(&n, 1024);
+    node_settle(&n);
+    cr_assert(tk_driver_serving(n.d));
+    char key[16];
+    for (uint64_t i = 1; i <= 30; i++) {
+        snprintf(key, sizeof(key), "seat-%llu", (unsigned long long)i);
+        request(&n, (uint32_t)(i % NSHARDS), 'A', key, i);
+    }
+    node_settle(&n);
+    /* Tokens follow the order of the log, not of the ids: distinct. */
+    uint64_t tokens[31] = {0};
+    for (uint64_t i = 1; i <= 30; i++) {
+        const struct answer *a = answer_of(&n, i);
+        cr_assert_not_null(a, "request %llu answered", (unsigned long long)i);
+        cr_assert_eq(a->type, 'G');
+        cr_assert_eq(tk_client_shard(a->client), i % NSHARDS, "reply reached the client's shard");
+        for (uint64_t j = 1; j < i; j++)
+            cr_assert_neq(tokens[j], a->token);
+        tokens[i] = a->token;
+    }
+    cr_assert_eq(n.nans, 30, "one answer per request");
+    node_free(&n);
+}
+
+/* A full log must not stop the driver from reading the shards' messages:
+ * the snapshot parts that let the log shrink come behind proposals. */
+Test(node, full_log_keeps_reading_and_catches_up)
+{
+    struct node n;
+    node_init(&n, 8);
+    node_settle(&n);
+    n.hold_snap_req = true; /* shards do not cut yet: the log cannot shrink */
+    char key[16];
+    for (uint64_t i = 1; i <= 40; i++) {
+        snprintf(key, sizeof(key), "k%llu", (unsigned long long)i);
+        request(&n, 0, 'A', key, i);
+        n.now += 1000;
+        node_round(&n);
+    }
+    struct tk_driver_stats st;
+    tk_driver_stats(n.d, &st);
+    cr_assert_gt(st.waiting_batches, 0, "the log filled and batches wait");
+    uint32_t granted = 0;
+    for (uint32_t i = 0; i < n.nans; i++)
+        granted += n.ans[i].type == 'G';
+    cr_assert_lt(granted, 40);
+    n.hold_snap_req = false;
+    for (int i = 0; i < 200; i++) {
+        n.now += 1000;
+        node_round(&n);
+    }
+    tk_driver_stats(n.d, &st);
+    cr_assert_eq(st.waiting_batches, 0);
+    granted = 0;
+    for (uint32_t i = 0; i < n.nans; i++)
+        granted += n.ans[i].type == 'G';
+    cr_assert_eq(granted, 40, "every acquire granted once the log shrank");
+    node_free(&n);
+}
+
+/* An install counts what was left of each lease at the cut, not a fresh
+ * lease (else every install and failover stretches a holder's lease). */
+Test(node, install_carries_the_lease_left)
+{
+    struct node n;
+    node_init(&n, 1024);
+    node_settle(&n);
+    request(&n, 0, 'A', "show-42", 1);
+    node_settle(&n);
+    cr_assert_eq(answer_of(&n, 1)->type, 'G');
+    uint32_t s = tk_cmd_shard("show-42", 7, NSHARDS);
+    /* 7 s later the shard cuts its part: 3 s of the 10 s lease are left. */
+    n.now += 7000000;
+    struct tk_msg req = {.kind = TK_MSG_SNAP_REQ, .u.snap_req = {99}};
+    uint8_t buf[TK_MSG_ENCODED_MAX];
+    tk_msg_encode(&req, buf);
+    tk_shard_message(n.sh[s], n.now, TK_MSG_TO_DRIVER, TK_MSG_SNAP_REQ, buf, tk_msg_size(&req));
+    struct queue *q = &n.to_driver;
+    struct qmsg *m = &q->m[(q->head + q->len - 1) % QMAX];
+    cr_assert_eq(m->kind, TK_MSG_SNAP_PART);
+    struct tk_msg part;
+    cr_assert_eq(tk_msg_decode(m->kind, m->data, m->len, &part), TK_OK);
+    q->len--;
+    cr_assert_eq(part.u.snap_part.count, 1);
+    struct tk_cmd g;
+    uint32_t left = 0;
+    size_t pos = 0;
+    cr_assert_eq(tk_snap_next(part.u.snap_part.data, part.u.snap_part.len, &pos, &g, &left), TK_OK);
+    cr_assert_eq(left, 3000);
+    cr_assert_eq(g.lease_ms, 10000);
+
+    /* A fresh shard installs the part and then leads: its lease deadline
+     * is the 3 s left plus the drift margin, not 10 s. */
+    struct node f;
+    node_init(&f, 1024);
+    f.now = n.now;
+    struct tk_msg role = {.kind = TK_MSG_ROLE, .u.role = {.epoch = 100, .lead = false}};
+    tk_msg_encode(&role, buf);
+    tk_shard_message(f.sh[s], f.now, TK_MSG_TO_DRIVER, TK_MSG_ROLE, buf, tk_msg_size(&role));
+    struct tk_msg in = {
+        .kind = TK_MSG_INSTALL,
+        .u.install = {
+            .index = 99, .count = 1, .data = part.u.snap_part.data, .len = part.u.snap_part.len}};
+    tk_msg_encode(&in, buf);
+    tk_shard_message(f.sh[s], f.now, TK_MSG_TO_DRIVER, TK_MSG_INSTALL, buf, tk_msg_size(&in));
+    free(part.u.snap_part.recs);
+    role.u.role = (struct tk_msg_role){.epoch = 101, .lead = true};
+    tk_msg_encode(&role, buf);
+    tk_shard_message(f.sh[s], f.now, TK_MSG_TO_DRIVER, TK_MSG_ROLE, buf, tk_msg_size(&role));
+    uint64_t due = tk_shard_deadline(f.sh[s]);
+    cr_assert_eq(due, f.now + 3000000 + TK_LOCK_DRIFT_US(3000), "due %llu",
+                 (unsigned long long)(due - f.now));
+    node_free(&f);
+    node_free(&n);
+}
+
+Test(msg, every_kind_round_trips)
+{
+    struct tk_msg in[] = {
+        {.kind = TK_MSG_REQ,
+         .u.req = {.epoch = 3,
+                   .client = 9,
+                   .id = 4,
+                   .type = 'A',
+                   .key_len = 2,
+                   .key = "k1",
+                   .owner_len = 1,
+                   .owner = "o",
+                   .lease_ms = 1000,
+                   .wait_ms = 5}},
+        {.kind = TK_MSG_REPLY,
+         .u.reply = {.client = 9,
+                     .id = 4,
+                     .token = 77,
+                     .type = 'Q',
+                     .owner_len = 1,
+                     .owner = "o",
+                     .waiters = 2}},
+        {.kind = TK_MSG_REFUSE, .u.refuse = {9, 4, TK_REFUSE_OVERLOAD}},
+        {.kind = TK_MSG_ROLE, .u.role = {.epoch = 5, .lead = false, .leader_addr = "h:1"}},
+        {.kind = TK_MSG_READ_DONE, .u.read_done = {12, true}},
+    };
+    for (size_t i = 0; i < TK_ARRAY_LEN(in); i++) {
+        uint8_t buf[TK_MSG_ENCODED_MAX];
+        uint32_t len = tk_msg_size(&in[i]);
+        tk_msg_encode(&in[i], buf);
+        struct tk_msg out;
+        cr_assert_eq(tk_msg_decode(in[i].kind, buf, len, &out), TK_OK);
+        uint8_t again[TK_MSG_ENCODED_MAX];
+        cr_assert_eq(tk_msg_size(&out), len);
+        tk_msg_encode(&out, again);
+        cr_assert_eq(memcmp(buf, again, len), 0, "kind %u", in[i].kind);
+        cr_assert_eq(tk_msg_decode(in[i].kind, buf, len - 1, &out), TK_EPROTO);
+        if (in[i].kind != TK_MSG_REQ)
+            cr_assert_eq(tk_msg_decode(TK_MSG_REQ, buf, len, &out), TK_EPROTO);
+    }
+}
