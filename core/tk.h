@@ -58,6 +58,23 @@ const char *tk_strerror(int err);
 #define TK_WAIT_MS_MAX 250000u
 #define TK_LINE_MAX 1024
 
+/* A 64-bit reference: 8-bit tag | 24-bit slot | 32-bit generation. Used
+ * for io_uring user data (tag: the operation) and client connection
+ * references (tag: the worker). A slot's generation changes on reuse, so a
+ * stale reference never reaches a new occupant. */
+struct tk_ref {
+    uint32_t tag, slot, gen;
+};
+static inline uint64_t tk_ref_pack(uint32_t tag, uint32_t slot, uint32_t gen)
+{
+    return ((uint64_t)(tag & 0xffu) << 56) | ((uint64_t)(slot & 0xffffffu) << 32) | gen;
+}
+static inline struct tk_ref tk_ref_unpack(uint64_t v)
+{
+    struct tk_ref r = {(uint32_t)(v >> 56), (uint32_t)(v >> 32) & 0xffffffu, (uint32_t)v};
+    return r;
+}
+
 /* Deterministic PRNG (xoshiro256**), seeded explicitly; never rand(). */
 struct tk_prng {
     uint64_t s[4];

@@ -440,59 +440,55 @@ static void maybe_bootstrap(struct tk_raftd *r)
 {
     if (tk_raft_config(r->core))
         return;
-    bool all = true, member_seen = false, leader_seen = false;
-    bool forced = r->s->opt.force_new_domain;
+    struct tk_members_peer peers[TK_PEERS_MAX];
     bool with[TK_PEERS_MAX] = {false};
-    uint32_t fresh = 1;
-    uint64_t lowest = r->s->node_id, token_floor = 0;
-    /* The forced domain is written by the lowest NodeId among the fresh
-     * nodes that run with --force-new-domain: its hold applies. */
-    uint64_t lowest_forced = forced ? r->s->node_id : UINT64_MAX;
+    uint32_t n = 0;
     for (uint32_t i = 0; i < r->npeers; i++) {
         if (i == r->self)
             continue;
         struct peer_info *pi = &r->info[i];
-        bool fresh_reply = pi->replied_us && r->now - pi->replied_us < PROBE_FRESH_US;
-        bool partner = fresh_reply && !pi->member && pi->peers_hash == r->peers_hash && pi->id &&
-                       pi->probed_us && pi->client_addr[0];
-        member_seen |= fresh_reply && pi->member && !pi->agreed;
-        leader_seen |= fresh_reply && pi->member && pi->leader_known;
-        all &= partner;
-        if (fresh_reply)
-            token_floor = TK_MAX(token_floor, pi->token_next);
-        if (partner) {
-            with[i] = true;
-            fresh++;
-            if (pi->forced)
-                lowest_forced = TK_MIN(lowest_forced, pi->id);
-        }
-        if (pi->id && pi->id < lowest)
-            lowest = pi->id;
+        bool fresh = pi->replied_us && r->now - pi->replied_us < PROBE_FRESH_US;
+        struct tk_members_peer *p = &peers[n++];
+        *p = (struct tk_members_peer){
+            .id = pi->id,
+            .fresh = fresh,
+            .partner = fresh && !pi->member && pi->peers_hash == r->peers_hash && pi->id &&
+                       pi->probed_us && pi->client_addr[0],
+            .member = pi->member && !pi->agreed,
+            .leader_known = pi->leader_known,
+            .forced = pi->forced,
+            .token_next = pi->token_next,
+        };
+        with[i] = p->partner;
     }
+    struct tk_members_boot b;
+    uint8_t v =
+        tk_members_bootstrap(r->s->node_id, r->s->opt.force_new_domain, peers, n, r->npeers, &b);
+    bool member_seen =
+        v == TK_MEMBERS_BOOT_JOIN || v == TK_MEMBERS_BOOT_NO_LEADER || v == TK_MEMBERS_BOOT_FORCE;
     r->domain_seen = member_seen;
-    if (member_seen && !leader_seen)
+    if (member_seen && v != TK_MEMBERS_BOOT_JOIN)
         r->join_leader_id = 0; /* the leader we knew is gone: wait, say why */
-    if (!leader_seen)
+    if (v != TK_MEMBERS_BOOT_JOIN)
         r->leader_seen_us = 0;
     else if (!r->leader_seen_us)
         r->leader_seen_us = r->now;
-    if (member_seen) {
-        if (leader_seen || fresh < r->npeers / 2 + 1 || lowest_forced != r->s->node_id)
-            return;
+    if (v == TK_MEMBERS_BOOT_FORCE) {
         uint64_t hold_us = (uint64_t)r->s->opt.new_domain_hold_ms * 1000u;
         tk_log(TK_LOG_WARN,
                "forcing a new fencing domain: %u of %u members are fresh and the "
                "old domain has no leader; every lock of the old domain is "
                "forgotten, and the new one grants nothing for %llu ms",
-               fresh, r->npeers, (unsigned long long)r->s->opt.new_domain_hold_ms);
-        bootstrap(r, with, token_floor, tk_wall_us() + hold_us);
+               b.fresh, r->npeers, (unsigned long long)r->s->opt.new_domain_hold_ms);
+        bootstrap(r, with, b.token_floor, tk_wall_us() + hold_us);
         return;
     }
+    if (member_seen)
+        return;
     set_note(r, RAFTD_BOOTSTRAPPING, TK_LOG_INFO,
              "fresh, waiting for every peer of --peers to be reachable and fresh");
-    if (!all || lowest != r->s->node_id)
-        return;
-    bootstrap(r, with, token_floor, 0);
+    if (v == TK_MEMBERS_BOOT_NOW)
+        bootstrap(r, with, b.token_floor, 0);
 }
 
 static void send_join(struct tk_raftd *r, const char *addr, uint64_t to)

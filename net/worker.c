@@ -136,10 +136,9 @@ static bool rings_pending(struct tk_worker *w)
 
 static void handle_cqe(struct tk_worker *w, struct io_uring_cqe *cqe)
 {
-    uint64_t ud = io_uring_cqe_get_data64(cqe);
-    enum tk_op op = (enum tk_op)(ud >> 56);
-    uint32_t slot = (uint32_t)(ud >> 32) & 0xffffffu;
-    uint32_t gen = (uint32_t)ud;
+    struct tk_ref ud = tk_ref_unpack(io_uring_cqe_get_data64(cqe));
+    enum tk_op op = (enum tk_op)ud.tag;
+    uint32_t slot = ud.slot, gen = ud.gen;
     struct conn *c;
     switch (op) {
         case OP_ACCEPT:

@@ -20,7 +20,7 @@ enum conn_state { CONN_FREE, CONN_HANDSHAKE, CONN_READY, CONN_CLOSING };
 
 static inline uint64_t tk_ud(enum tk_op op, uint32_t slot, uint32_t gen)
 {
-    return ((uint64_t)op << 56) | ((uint64_t)(slot & 0xffffffu) << 32) | gen;
+    return tk_ref_pack(op, slot, gen);
 }
 
 struct buf {

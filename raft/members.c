@@ -113,3 +113,46 @@ bool tk_members_replacing(const struct tk_raft_config *c, uint64_t id)
             return true;
     return false;
 }
+
+uint8_t tk_members_bootstrap(uint64_t self_id,
+                             bool self_forced,
+                             const struct tk_members_peer *peers,
+                             uint32_t n,
+                             uint32_t npeers,
+                             struct tk_members_boot *out)
+{
+    bool all = true, member_seen = false, leader_seen = false;
+    uint64_t lowest = self_id, token_floor = 0;
+    /* A forced domain is written by the lowest NodeId among the fresh
+     * nodes run with --force-new-domain: its hold applies. */
+    uint64_t lowest_forced = self_forced ? self_id : UINT64_MAX;
+    uint32_t fresh = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct tk_members_peer *p = &peers[i];
+        member_seen |= p->fresh && p->member;
+        leader_seen |= p->fresh && p->member && p->leader_known;
+        all &= p->partner;
+        if (p->fresh)
+            token_floor = TK_MAX(token_floor, p->token_next);
+        if (p->partner) {
+            fresh++;
+            if (p->forced)
+                lowest_forced = TK_MIN(lowest_forced, p->id);
+        }
+        if (p->id && p->id < lowest)
+            lowest = p->id;
+    }
+    out->token_floor = token_floor;
+    out->fresh = fresh;
+    if (member_seen) {
+        if (leader_seen)
+            out->verdict = TK_MEMBERS_BOOT_JOIN;
+        else if (fresh < npeers / 2 + 1 || lowest_forced != self_id)
+            out->verdict = TK_MEMBERS_BOOT_NO_LEADER;
+        else
+            out->verdict = TK_MEMBERS_BOOT_FORCE;
+    } else {
+        out->verdict = all && lowest == self_id ? TK_MEMBERS_BOOT_NOW : TK_MEMBERS_BOOT_WAIT;
+    }
+    return out->verdict;
+}

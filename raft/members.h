@@ -62,4 +62,43 @@ uint8_t tk_members_next(const struct tk_raft_config *c,
  * not a voter: such a node is not ready to let the next member go. */
 bool tk_members_replacing(const struct tk_raft_config *c, uint64_t id);
 
+/* What probes told a fresh node about one other peer of its --peers. */
+struct tk_members_peer {
+    uint64_t id;         /* its NodeId, 0 unknown */
+    bool fresh;          /* its PROBE_REPLY is recent */
+    bool partner;        /* fresh, in no domain, same --peers, probed us: can bootstrap with us */
+    bool member;         /* in a domain it did not form with us */
+    bool leader_known;   /* its last reply named a live leader */
+    bool forced;         /* it runs with --force-new-domain */
+    uint64_t token_next; /* its fencing counter, from its last reply */
+};
+
+enum tk_members_boot_verdict {
+    TK_MEMBERS_BOOT_WAIT = 1,  /* every peer fresh is not known yet, or another node writes */
+    TK_MEMBERS_BOOT_NOW,       /* write entry 1 of a new domain with the partners */
+    TK_MEMBERS_BOOT_JOIN,      /* a peer is in a live domain: join it, never bootstrap */
+    TK_MEMBERS_BOOT_NO_LEADER, /* a peer is in a domain without a leader: wait */
+    TK_MEMBERS_BOOT_FORCE,     /* --force-new-domain: form a new domain of the fresh majority */
+};
+
+struct tk_members_boot {
+    uint8_t verdict;      /* enum tk_members_boot_verdict */
+    uint64_t token_floor; /* the first token must exceed every counter a peer reported */
+    uint32_t fresh;       /* fresh nodes, this one included */
+};
+
+/* Bootstrap of a fresh node (SPEC 10). The lowest NodeId writes the new
+ * domain once every other peer is a partner; a node whose peers belong to
+ * a domain joins it (or waits while it has no leader) and never
+ * bootstraps, unless a majority of --peers is fresh, no survivor knows a
+ * leader, and this node is the lowest NodeId among the fresh nodes run
+ * with --force-new-domain. peers: the other n peers of --peers (npeers
+ * in all, this node included). */
+uint8_t tk_members_bootstrap(uint64_t self_id,
+                             bool self_forced,
+                             const struct tk_members_peer *peers,
+                             uint32_t n,
+                             uint32_t npeers,
+                             struct tk_members_boot *out);
+
 #endif

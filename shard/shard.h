@@ -38,19 +38,19 @@
  * generation; a reference is never reused while a reply can still come. */
 static inline uint64_t tk_client_ref(uint32_t shard, uint32_t slot, uint32_t gen)
 {
-    return ((uint64_t)shard << 56) | ((uint64_t)(slot & 0xffffffu) << 32) | gen;
+    return tk_ref_pack(shard, slot, gen);
 }
 static inline uint32_t tk_client_shard(uint64_t ref)
 {
-    return (uint32_t)(ref >> 56);
+    return tk_ref_unpack(ref).tag;
 }
 static inline uint32_t tk_client_slot(uint64_t ref)
 {
-    return (uint32_t)(ref >> 32) & 0xffffffu;
+    return tk_ref_unpack(ref).slot;
 }
 static inline uint32_t tk_client_gen(uint64_t ref)
 {
-    return (uint32_t)ref;
+    return tk_ref_unpack(ref).gen;
 }
 
 /* What the shard tells its own worker. */

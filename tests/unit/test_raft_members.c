@@ -178,3 +178,53 @@ Test(members, a_replacement_runs_to_the_end)
     cr_assert_null(tk_raft_config_find(&C, 3));
     cr_assert_not(tk_members_replacing(&C, 9));
 }
+
+/* ---- bootstrap of fresh nodes -------------------------------------------- */
+
+static struct tk_members_peer partner(uint64_t id)
+{
+    return (struct tk_members_peer){.id = id, .fresh = true, .partner = true};
+}
+
+Test(boot, the_lowest_fresh_node_writes_once_all_agree)
+{
+    struct tk_members_peer p[2] = {partner(20), partner(30)};
+    struct tk_members_boot b;
+    cr_assert_eq(tk_members_bootstrap(10, false, p, 2, 3, &b), TK_MEMBERS_BOOT_NOW);
+    cr_assert_eq(b.fresh, 3);
+    cr_assert_eq(tk_members_bootstrap(25, false, p, 2, 3, &b), TK_MEMBERS_BOOT_WAIT,
+                 "not the lowest");
+    p[1].partner = false; /* not heard fresh yet */
+    cr_assert_eq(tk_members_bootstrap(10, false, p, 2, 3, &b), TK_MEMBERS_BOOT_WAIT);
+}
+
+Test(boot, a_live_domain_is_joined_never_rebootstrapped)
+{
+    struct tk_members_peer p[2] = {partner(20), {.id = 30, .fresh = true, .member = true}};
+    struct tk_members_boot b;
+    cr_assert_eq(tk_members_bootstrap(10, false, p, 2, 3, &b), TK_MEMBERS_BOOT_NO_LEADER);
+    cr_assert_eq(tk_members_bootstrap(10, true, p, 2, 3, &b), TK_MEMBERS_BOOT_FORCE,
+                 "a fresh majority with the flag and no leader anywhere");
+    p[1].leader_known = true;
+    p[1].token_next = 777;
+    cr_assert_eq(tk_members_bootstrap(10, true, p, 2, 3, &b), TK_MEMBERS_BOOT_JOIN,
+                 "a leader answers: the flag does not force");
+    cr_assert_eq(b.token_floor, 777);
+}
+
+Test(boot, force_needs_a_fresh_majority_and_the_lowest_flagged_node)
+{
+    struct tk_members_peer p[4] = {partner(20),
+                                   {.id = 30, .fresh = true, .member = true},
+                                   {.id = 40, .fresh = true, .member = true},
+                                   partner(50)};
+    struct tk_members_boot b;
+    /* 3 fresh of 5 (10, 20, 50): a majority. */
+    cr_assert_eq(tk_members_bootstrap(10, true, p, 4, 5, &b), TK_MEMBERS_BOOT_FORCE);
+    p[0].forced = true; /* 20 has the flag too, 10 is still lower */
+    cr_assert_eq(tk_members_bootstrap(10, true, p, 4, 5, &b), TK_MEMBERS_BOOT_FORCE);
+    cr_assert_eq(tk_members_bootstrap(50, true, p, 4, 5, &b), TK_MEMBERS_BOOT_NO_LEADER,
+                 "20 writes it, not 50");
+    p[3].partner = false; /* only 2 of 5 fresh */
+    cr_assert_eq(tk_members_bootstrap(10, true, p, 4, 5, &b), TK_MEMBERS_BOOT_NO_LEADER);
+}
