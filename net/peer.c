@@ -1,5 +1,6 @@
 /* Peer links of the Raft thread: io_uring connect/accept/recv/send, the
- * peer handshake, and frame reassembly. See net/peer.h. */
+ * peer handshake, frame reassembly, and the resolver threads that look up
+ * peer names off the Raft thread. See net/peer.h. */
 #include "net/peer.h"
 
 #include <arpa/inet.h>
@@ -8,10 +9,12 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/auth.h"
@@ -25,9 +28,17 @@
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_US 100000u
 #define BACKOFF_MAX_US 1000000u
+/* Lookups at once: one per peer of a 5-member cluster, so one unready
+ * pod's slow name cannot hold up the lookups of the others. */
+#define RESOLVERS_MAX 4
+/* Test hook (integration tests only): every name lookup first sleeps this
+ * many milliseconds, as behind a slow cluster DNS. Read once at start. */
+#define RESOLVE_DELAY_ENV "TK_TEST_RESOLVE_DELAY_MS"
 
 enum { POP_ACCEPT = 1, POP_CONNECT, POP_RECV, POP_SEND, POP_WAKE, POP_TIMEOUT, POP_CANCEL };
-enum { L_IDLE, L_CONNECTING, L_BANNER, L_AUTH, L_OK, L_READY, L_CLOSING };
+/* L_RESOLVING: an outbound link waits for a resolver thread to look up
+ * its name; nothing is in flight in the ring and no socket is open. */
+enum { L_IDLE, L_RESOLVING, L_CONNECTING, L_BANNER, L_AUTH, L_OK, L_READY, L_CLOSING };
 
 struct tk_plink {
     uint32_t slot, gen;
@@ -35,6 +46,8 @@ struct tk_plink {
     bool outbound;
     uint8_t state;
     bool recv_inflight, send_inflight, connect_inflight;
+    bool resolve_inflight; /* a lookup of addr is queued or running (one at most) */
+    bool resolve_failed;   /* the last lookup failed (logged once until one succeeds) */
     char addr[TK_ADDR_MAX];
     uint64_t remote_id;
     char snonce[TK_AUTH_HEX_LEN + 1], cnonce[TK_AUTH_HEX_LEN + 1];
@@ -49,6 +62,45 @@ struct tk_plink {
     socklen_t salen;
 };
 
+/* Name lookups for outbound links, done by up to RESOLVERS_MAX detached
+ * threads so that a slow DNS answer (a Kubernetes pod name that resolves
+ * only once the pod is ready, behind cluster DNS timeouts of seconds) never
+ * stalls the Raft thread's heartbeats. One job per link slot, so at most
+ * one lookup per peer address is outstanding and the queue is bounded by
+ * LINKS_MAX. A finished job is marked done and the Raft thread's wake
+ * eventfd written; tk_peers_run() collects it and connects.
+ *
+ * Shared by the Raft thread and the resolver threads under mu; freed by
+ * whichever lets go of it last (refs), because a thread blocked in
+ * getaddrinfo() cannot be interrupted and shutdown must not wait for it.
+ * After stop is set (under mu) no thread touches wake_fd, which the Raft
+ * thread's owner closes after tk_peers_destroy(). */
+enum { RJ_FREE, RJ_QUEUED, RJ_RUNNING, RJ_DONE };
+
+struct resolve_job {
+    uint8_t state;
+    int rc; /* TK_OK or TK_EIO */
+    char host[TK_ADDR_MAX];
+    char port[8];
+    struct sockaddr_storage sa;
+    socklen_t salen;
+};
+
+struct resolver {
+    pthread_mutex_t mu;
+    pthread_cond_t work;    /* a job was queued, or stop */
+    pthread_cond_t stopped; /* stop (ends the test delay early) */
+    uint32_t refs;          /* the peers module plus each thread */
+    uint32_t threads, idle;
+    bool stop;
+    uint32_t queue[LINKS_MAX]; /* slots of RJ_QUEUED jobs, FIFO */
+    uint32_t q_head, q_len;
+    struct resolve_job jobs[LINKS_MAX]; /* indexed by link slot */
+    _Atomic uint32_t done;              /* jobs in RJ_DONE: the Raft thread's cheap check */
+    int wake_fd;
+    uint32_t delay_ms; /* RESOLVE_DELAY_ENV */
+};
+
 struct tk_peers {
     struct tk_server *s;
     struct tk_peer_cb cb;
@@ -61,11 +113,13 @@ struct tk_peers {
     struct tk_wire_scratch scratch;
     struct tk_peer_stats st;
     struct tk_accept accept;
+    struct resolver *resolver; /* created at the first name to look up */
+    uint32_t resolve_delay_ms;
 };
 
 static uint64_t pud(int op, uint32_t slot, uint32_t gen)
 {
-    return ((uint64_t)op << 56) | ((uint64_t)slot << 32) | gen;
+    return tk_ref_pack((uint32_t)op, slot, gen);
 }
 
 static struct io_uring_sqe *sqe_get(struct tk_peers *p)
@@ -148,12 +202,27 @@ static void out_append(struct tk_plink *l, const void *data, size_t n)
     l->out_len += n;
 }
 
+/* An outbound link without a socket: dial again after the backoff. */
+static void link_retry_later(struct tk_plink *l)
+{
+    l->state = L_IDLE;
+    l->retry_at_us = tk_now_us() + l->backoff_us;
+    l->backoff_us = TK_MIN(l->backoff_us * 2, BACKOFF_MAX_US);
+}
+
 /* Stops using a link. Outbound links keep their slot and redial once the
  * kernel is done with the socket; inbound links are freed then. */
 void tk_plink_close(struct tk_peers *p, struct tk_plink *l)
 {
     if (l->state == L_CLOSING || l->state == L_IDLE)
         return;
+    if (l->state == L_RESOLVING) {
+        /* No socket yet. A lookup still running is collected later and
+         * then only clears resolve_inflight. */
+        p->st.links_closed++;
+        link_retry_later(l);
+        return;
+    }
     l->state = L_CLOSING;
     p->st.links_closed++;
     if (l->fd >= 0)
@@ -183,43 +252,249 @@ static void link_finish_close(struct tk_peers *p, struct tk_plink *l)
         free(l);
         return;
     }
-    l->state = L_IDLE;
-    l->retry_at_us = tk_now_us() + l->backoff_us;
-    l->backoff_us = TK_MIN(l->backoff_us * 2, BACKOFF_MAX_US);
+    link_retry_later(l);
 }
 
-static int resolve(struct tk_plink *l)
+/* ------------------------------------------------------------------ */
+/* Name lookups off the Raft thread */
+
+static void resolver_free(struct resolver *rs)
 {
-    char host[TK_ADDR_MAX];
-    uint32_t port;
-    if (tk_addr_split(l->addr, host, sizeof(host), &port) != TK_OK)
-        return TK_EINVAL;
+    pthread_mutex_destroy(&rs->mu);
+    pthread_cond_destroy(&rs->work);
+    pthread_cond_destroy(&rs->stopped);
+    free(rs);
+}
+
+/* Drops one reference under rs->mu (which it releases); frees on the last. */
+static void resolver_unref_unlock(struct resolver *rs)
+{
+    bool last = --rs->refs == 0;
+    pthread_mutex_unlock(&rs->mu);
+    if (last)
+        resolver_free(rs);
+}
+
+/* The blocking lookup: the first address getaddrinfo() gives for a TCP
+ * connection, as the dialler always used. */
+static int lookup(const char *host, const char *port, struct sockaddr_storage *sa, socklen_t *salen)
+{
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
-    char portstr[16];
-    snprintf(portstr, sizeof(portstr), "%u", port);
-    /* Blocking lookup: peers are addressed by IP or by names the cluster's
-     * resolver answers at once (Kubernetes headless service). */
-    if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res)
+    if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
         return TK_EIO;
-    memcpy(&l->sa, res->ai_addr, res->ai_addrlen);
-    l->salen = res->ai_addrlen;
+    int rc = TK_EIO;
+    if (res->ai_addrlen <= sizeof(*sa)) {
+        memcpy(sa, res->ai_addr, res->ai_addrlen);
+        *salen = res->ai_addrlen;
+        rc = TK_OK;
+    }
     freeaddrinfo(res);
-    return TK_OK;
+    return rc;
 }
 
-static void dial(struct tk_peers *p, struct tk_plink *l)
+static void *resolver_main(void *arg)
 {
-    TK_ASSERT(l->outbound && l->state == L_IDLE);
-    p->st.dials++;
-    if (resolve(l) != TK_OK) {
-        l->retry_at_us = tk_now_us() + l->backoff_us;
-        l->backoff_us = TK_MIN(l->backoff_us * 2, BACKOFF_MAX_US);
-        return;
+    struct resolver *rs = arg;
+    pthread_setname_np(pthread_self(), "tk-resolve");
+    pthread_mutex_lock(&rs->mu);
+    for (;;) {
+        while (!rs->stop && rs->q_len == 0) {
+            rs->idle++;
+            pthread_cond_wait(&rs->work, &rs->mu);
+            rs->idle--;
+        }
+        if (rs->stop)
+            break;
+        uint32_t slot = rs->queue[rs->q_head];
+        rs->q_head = (rs->q_head + 1) % LINKS_MAX;
+        rs->q_len--;
+        struct resolve_job *j = &rs->jobs[slot];
+        TK_ASSERT(j->state == RJ_QUEUED);
+        j->state = RJ_RUNNING;
+        if (rs->delay_ms) {
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_sec += rs->delay_ms / 1000u;
+            until.tv_nsec += (long)(rs->delay_ms % 1000u) * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            while (!rs->stop && pthread_cond_timedwait(&rs->stopped, &rs->mu, &until) == 0) {
+            }
+            if (rs->stop)
+                break;
+        }
+        char host[TK_ADDR_MAX], port[sizeof(j->port)];
+        memcpy(host, j->host, sizeof(host));
+        memcpy(port, j->port, sizeof(port));
+        pthread_mutex_unlock(&rs->mu);
+        struct sockaddr_storage sa;
+        socklen_t salen = 0;
+        int rc = lookup(host, port, &sa, &salen);
+        pthread_mutex_lock(&rs->mu);
+        if (rs->stop)
+            break;
+        j->rc = rc;
+        if (rc == TK_OK) {
+            j->sa = sa;
+            j->salen = salen;
+        }
+        j->state = RJ_DONE;
+        atomic_fetch_add_explicit(&rs->done, 1, memory_order_release);
+        /* Under mu: tk_peers_destroy() sets stop under mu before the fd
+         * can be closed. A direct write: an eventfd count is never lost. */
+        uint64_t one = 1;
+        ssize_t n = write(rs->wake_fd, &one, sizeof(one));
+        (void)n; /* EAGAIN: the counter is saturated, the Raft thread wakes anyway */
     }
+    rs->threads--;
+    resolver_unref_unlock(rs);
+    return NULL;
+}
+
+static struct resolver *resolver_create(int wake_fd, uint32_t delay_ms)
+{
+    struct resolver *rs = calloc(1, sizeof(*rs));
+    if (!rs)
+        return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&rs->mu, NULL);
+    pthread_cond_init(&rs->work, NULL);
+    pthread_cond_init(&rs->stopped, &ca);
+    pthread_condattr_destroy(&ca);
+    rs->refs = 1;
+    rs->wake_fd = wake_fd;
+    rs->delay_ms = delay_ms;
+    atomic_init(&rs->done, 0);
+    return rs;
+}
+
+/* Queues a lookup of the link's address; the link must have none
+ * outstanding. Starts a thread if every running one is busy. Fails only if
+ * no thread can run at all. */
+static int resolver_submit(struct tk_peers *p, struct tk_plink *l, const char *host, uint32_t port)
+{
+    if (!p->resolver) {
+        p->resolver = resolver_create(p->wake_fd, p->resolve_delay_ms);
+        if (!p->resolver)
+            return TK_ENOMEM;
+    }
+    struct resolver *rs = p->resolver;
+    int rc = TK_OK;
+    pthread_mutex_lock(&rs->mu);
+    struct resolve_job *j = &rs->jobs[l->slot];
+    TK_ASSERT(j->state == RJ_FREE && rs->q_len < LINKS_MAX);
+    snprintf(j->host, sizeof(j->host), "%s", host);
+    snprintf(j->port, sizeof(j->port), "%u", port);
+    j->state = RJ_QUEUED;
+    rs->queue[(rs->q_head + rs->q_len) % LINKS_MAX] = l->slot;
+    rs->q_len++;
+    if (rs->q_len > rs->idle && rs->threads < RESOLVERS_MAX) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_t t;
+        if (pthread_create(&t, &attr, resolver_main, rs) == 0) {
+            rs->threads++;
+            rs->refs++;
+        } else if (rs->threads == 0) {
+            rs->q_len--; /* nobody would ever take it */
+            j->state = RJ_FREE;
+            rc = TK_EIO;
+        }
+        pthread_attr_destroy(&attr);
+    }
+    pthread_cond_signal(&rs->work);
+    pthread_mutex_unlock(&rs->mu);
+    return rc;
+}
+
+static void connect_start(struct tk_peers *p, struct tk_plink *l);
+
+/* Raft thread: takes finished lookups and connects the links still waiting
+ * for them. Costs one atomic load while none finished. */
+static void resolver_collect(struct tk_peers *p)
+{
+    struct resolver *rs = p->resolver;
+    if (!rs || atomic_load_explicit(&rs->done, memory_order_acquire) == 0)
+        return;
+    pthread_mutex_lock(&rs->mu);
+    for (uint32_t slot = 0; slot < LINKS_MAX; slot++) {
+        struct resolve_job *j = &rs->jobs[slot];
+        if (j->state != RJ_DONE)
+            continue;
+        j->state = RJ_FREE;
+        atomic_fetch_sub_explicit(&rs->done, 1, memory_order_relaxed);
+        struct tk_plink *l = p->links[slot];
+        TK_ASSERT(l && l->outbound && l->resolve_inflight);
+        l->resolve_inflight = false;
+        if (l->state != L_RESOLVING)
+            continue; /* closed meanwhile: its next dial looks up again */
+        if (j->rc != TK_OK) {
+            if (!l->resolve_failed)
+                tk_log(TK_LOG_WARN, "peer %s: name lookup failed; retrying", l->addr);
+            l->resolve_failed = true;
+            p->st.resolve_failures++;
+            link_retry_later(l);
+            continue;
+        }
+        if (l->resolve_failed)
+            tk_log(TK_LOG_INFO, "peer %s: name resolves again", l->addr);
+        l->resolve_failed = false;
+        memcpy(&l->sa, &j->sa, j->salen);
+        l->salen = j->salen;
+        connect_start(p, l); /* only prepares SQEs: fine under mu */
+    }
+    pthread_mutex_unlock(&rs->mu);
+}
+
+/* Called by tk_peers_destroy(): running lookups finish on their own. */
+static void resolver_release(struct resolver *rs)
+{
+    if (!rs)
+        return;
+    pthread_mutex_lock(&rs->mu);
+    rs->stop = true;
+    pthread_cond_broadcast(&rs->work);
+    pthread_cond_broadcast(&rs->stopped);
+    resolver_unref_unlock(rs);
+}
+
+/* A numeric address (IPv4 or IPv6 literal) needs no lookup: getaddrinfo()
+ * with AI_NUMERICHOST never asks a resolver, so the Raft thread may call it. */
+static bool addr_numeric(const char *host,
+                         uint32_t port,
+                         struct sockaddr_storage *sa,
+                         socklen_t *salen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char portstr[16];
+    snprintf(portstr, sizeof(portstr), "%u", port);
+    if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res)
+        return false;
+    bool ok = res->ai_addrlen <= sizeof(*sa);
+    if (ok) {
+        memcpy(sa, res->ai_addr, res->ai_addrlen);
+        *salen = res->ai_addrlen;
+    }
+    freeaddrinfo(res);
+    return ok;
+}
+
+/* Opens the socket and queues the connect to l->sa. */
+static void connect_start(struct tk_peers *p, struct tk_plink *l)
+{
     l->fd = socket(l->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (l->fd < 0) {
+        l->state = L_IDLE;
         l->retry_at_us = tk_now_us() + BACKOFF_MAX_US;
         return;
     }
@@ -235,6 +510,36 @@ static void dial(struct tk_peers *p, struct tk_plink *l)
     io_uring_prep_link_timeout(sqe, &p->connect_ts, 0);
     io_uring_sqe_set_data64(sqe, pud(POP_TIMEOUT, 0, 0));
     l->connect_inflight = true;
+}
+
+/* Every (re)dial looks the name up again, so a peer whose address changed
+ * (a rescheduled pod) is found at its new one. Names go to a resolver
+ * thread and the link waits in L_RESOLVING; the Raft thread never blocks
+ * on DNS. Numeric addresses connect at once. */
+static void dial(struct tk_peers *p, struct tk_plink *l)
+{
+    TK_ASSERT(l->outbound && l->state == L_IDLE);
+    p->st.dials++;
+    char host[TK_ADDR_MAX];
+    uint32_t port;
+    if (tk_addr_split(l->addr, host, sizeof(host), &port) != TK_OK) {
+        link_retry_later(l);
+        return;
+    }
+    if (addr_numeric(host, port, &l->sa, &l->salen)) {
+        connect_start(p, l);
+        return;
+    }
+    p->st.resolves++;
+    l->state = L_RESOLVING;
+    /* A lookup from an earlier dial still running serves this one. */
+    if (l->resolve_inflight)
+        return;
+    if (resolver_submit(p, l, host, port) != TK_OK) {
+        link_retry_later(l);
+        return;
+    }
+    l->resolve_inflight = true;
 }
 
 struct tk_plink *tk_peers_find(struct tk_peers *p, const char *addr)
@@ -488,10 +793,9 @@ static struct tk_plink *link_get(struct tk_peers *p, uint32_t slot, uint32_t gen
 
 static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
 {
-    uint64_t ud = io_uring_cqe_get_data64(cqe);
-    int op = (int)(ud >> 56);
-    uint32_t slot = (uint32_t)(ud >> 32) & 0xffffffu;
-    uint32_t gen = (uint32_t)ud;
+    struct tk_ref ud = tk_ref_unpack(io_uring_cqe_get_data64(cqe));
+    int op = (int)ud.tag;
+    uint32_t slot = ud.slot, gen = ud.gen;
     struct tk_plink *l = NULL;
     if (op == POP_CONNECT || op == POP_RECV || op == POP_SEND) {
         l = link_get(p, slot, gen);
@@ -577,6 +881,7 @@ static void flush_link(struct tk_peers *p, struct tk_plink *l)
 
 unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
 {
+    resolver_collect(p);
     uint64_t now = tk_now_us();
     if (tk_accept_due(&p->accept, now) && !atomic_load(&p->s->stopping))
         arm_accept(p);
@@ -587,7 +892,7 @@ unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
         if (l->state == L_IDLE && l->outbound && now >= l->retry_at_us)
             dial(p, l);
         else if (l->state != L_READY && l->state != L_IDLE && l->state != L_CLOSING &&
-                 now >= l->deadline_us) {
+                 l->state != L_RESOLVING && now >= l->deadline_us) {
             p->st.handshake_timeouts++;
             tk_plink_close(p, l);
         }
@@ -647,6 +952,12 @@ int tk_peers_create(struct tk_server *s,
         free(p);
         return TK_EIO;
     }
+    const char *delay = getenv(RESOLVE_DELAY_ENV);
+    if (delay && *delay) {
+        p->resolve_delay_ms = (uint32_t)strtoul(delay, NULL, 10);
+        tk_log(TK_LOG_WARN, "%s=%u: every peer name lookup is delayed (a test hook)",
+               RESOLVE_DELAY_ENV, p->resolve_delay_ms);
+    }
     arm_accept(p);
     arm_wake(p);
     *out = p;
@@ -657,6 +968,7 @@ void tk_peers_destroy(struct tk_peers *p)
 {
     if (!p)
         return;
+    resolver_release(p->resolver);
     for (uint32_t i = 0; i < LINKS_MAX; i++) {
         struct tk_plink *l = p->links[i];
         if (!l)

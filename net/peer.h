@@ -22,7 +22,10 @@ struct tk_peer_cb {
     void *ctx;
 };
 
-/* Listens on the peer port. wake_fd (eventfd) is polled in the same ring. */
+/* Listens on the peer port. wake_fd (eventfd) is polled in the same ring;
+ * resolver threads write it too, until tk_peers_destroy(), which must come
+ * before wake_fd is closed. Lookups still running then finish (and are
+ * dropped) on their own threads: destroy does not wait for DNS. */
 int tk_peers_create(struct tk_server *s,
                     const struct tk_peer_cb *cb,
                     int wake_fd,
@@ -30,7 +33,10 @@ int tk_peers_create(struct tk_server *s,
 void tk_peers_destroy(struct tk_peers *p);
 
 /* The outbound link to addr ("host:port"), created and dialled on first
- * use and redialled after failures. */
+ * use and redialled after failures. A host name is looked up again at each
+ * dial by a resolver thread of this module (one lookup per address at a
+ * time), never on the calling thread; an IP literal connects at once. The
+ * link is not ready while its lookup runs. */
 struct tk_plink *tk_peers_dial(struct tk_peers *p, const char *addr);
 /* Outbound link to addr if one exists, else NULL. */
 struct tk_plink *tk_peers_find(struct tk_peers *p, const char *addr);
@@ -47,8 +53,9 @@ void tk_plink_close(struct tk_peers *p, struct tk_plink *l);
 bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_frame *f);
 
 /* Waits up to timeout_us (0: does not wait) for I/O or the wake fd,
- * handles it, redials due links and flushes queued frames. Returns the
- * number of completions handled. */
+ * handles it, connects links whose name lookups finished, redials due links
+ * and flushes queued frames. Returns the number of completions handled. A
+ * finished lookup writes wake_fd, so a wait ends for it. */
 unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us);
 
 /* Counters for /metrics. */
@@ -57,6 +64,7 @@ struct tk_peer_stats {
     uint64_t dials, handshakes, auth_failures, frames_dropped, links_closed;
     uint64_t frames_oversize, handshake_timeouts, frames_malformed, accept_errors;
     uint64_t handshakes_evicted;
+    uint64_t resolves, resolve_failures; /* name lookups (off the Raft thread) */
 };
 void tk_peers_stats(const struct tk_peers *p, struct tk_peer_stats *st);
 

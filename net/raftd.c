@@ -297,13 +297,15 @@ int tk_raftd_create(struct tk_server *s)
 int tk_raftd_start(struct tk_server *s)
 {
     struct tk_raftd *r = s->raft;
-    for (uint32_t i = 0; i < s->nworkers; i++)
+    for (uint32_t i = 0; i < s->nworkers; i++) {
         /* Committed commands wait here only while the log holds them:
          * at most a full batch per entry in memory, plus role, read and
          * snapshot messages. */
         tk_outbox_init(&r->to_worker[i], tk_worker_inbox_from_raft(s, i), tk_worker_wake(s, i),
                        (s->opt.max_log_entries + 1) * TK_DRIVER_BATCH_CMDS_MAX +
                            TK_DRIVER_READ_GROUPS_MAX + 64);
+        tk_outbox_set_producer(&r->to_worker[i], &r->wake);
+    }
     if (pthread_create(&r->thread, NULL, raftd_main, r) != 0)
         return TK_EIO;
     return TK_OK;

@@ -6,11 +6,47 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "core/msg.h"
+
 #define RING_HDR 8u
+
+/* Every message between the threads fits the smallest ring that
+ * tk_ring_bytes_for() hands out. */
+_Static_assert(TK_MSG_ENCODED_MAX <= TK_RING_MSG_MAX, "ring messages fit the smallest ring");
+
+/* TSan does not model fences; under it a seq_cst read-modify-write of a
+ * shared word gives the same full barrier and is visible to the tool. */
+#ifdef TK_TSAN
+static _Atomic uint64_t fence_word;
+#define FULL_FENCE() atomic_fetch_add_explicit(&fence_word, 0, memory_order_seq_cst)
+#else
+#define FULL_FENCE() atomic_thread_fence(memory_order_seq_cst)
+#endif
 
 static uint64_t round8(uint64_t n)
 {
     return (n + 7u) & ~(uint64_t)7u;
+}
+
+/* Adds one to an eventfd's counter. EAGAIN means the counter is saturated:
+ * the reader is awake anyway. */
+static void wake_write(int fd)
+{
+    uint64_t one = 1;
+    ssize_t n;
+    do {
+        n = write(fd, &one, sizeof(one));
+    } while (n < 0 && errno == EINTR);
+}
+
+size_t tk_ring_bytes_for(uint32_t nthreads)
+{
+    uint64_t n = nthreads ? nthreads : 1;
+    uint64_t per_ring = TK_RING_BUDGET_BYTES / (n * (n + 1));
+    size_t bytes = TK_RING_BYTES_MAX;
+    while (bytes > TK_RING_BYTES_MIN && bytes > per_ring)
+        bytes >>= 1;
+    return bytes;
 }
 
 int tk_ring_init(struct tk_ring *r, size_t cap_bytes)
@@ -25,6 +61,7 @@ int tk_ring_init(struct tk_ring *r, size_t cap_bytes)
     r->mask = cap_bytes - 1;
     atomic_init(&r->head, 0);
     atomic_init(&r->tail, 0);
+    atomic_init(&r->want_space, 0);
     return TK_OK;
 }
 
@@ -77,14 +114,17 @@ const struct tk_ring_msg *tk_ring_peek(struct tk_ring *r)
         uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
         if (tail == r->cached_head) {
             r->cached_head = atomic_load_explicit(&r->head, memory_order_acquire);
-            if (tail == r->cached_head)
+            if (tail == r->cached_head) {
+                tk_ring_pop_done(r); /* drained: a waiting producer may refill */
                 return NULL;
+            }
         }
         const struct tk_ring_msg *m = (const struct tk_ring_msg *)(r->buf + (tail & r->mask));
         if (m->kind != 0)
             return m;
         /* Padding to the end of the buffer: skip it. */
         atomic_store_explicit(&r->tail, tail + RING_HDR + m->len, memory_order_release);
+        r->freed = true;
     }
 }
 
@@ -93,6 +133,29 @@ void tk_ring_pop(struct tk_ring *r, const struct tk_ring_msg *m)
     uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
     TK_ASSERT((const uint8_t *)m == r->buf + (tail & r->mask));
     atomic_store_explicit(&r->tail, tail + RING_HDR + round8(m->len), memory_order_release);
+    r->freed = true;
+}
+
+/* The fence pairs Dekker-style with the one in tk_outbox_flush(): the
+ * producer stores want_space, fences and reads tail; the consumer stores
+ * tail, fences and reads want_space. So either the producer sees the space
+ * freed here and uses it, or this sees want_space and writes its eventfd;
+ * it cannot sleep on a ring that has room. The eventfd is written directly,
+ * not through tk_wake_signal(): the producer's pending flag may still be
+ * set from earlier work, and the producer clears it and sleeps without
+ * looking at its outboxes; an eventfd count is never lost. */
+void tk_ring_pop_done(struct tk_ring *r)
+{
+    if (!r->freed)
+        return;
+    r->freed = false;
+    FULL_FENCE();
+    if (atomic_load_explicit(&r->want_space, memory_order_relaxed) == 0)
+        return;
+    if (atomic_exchange_explicit(&r->want_space, 0, memory_order_acq_rel) == 0)
+        return;
+    TK_ASSERT(r->producer_wake != NULL); /* set before want_space */
+    wake_write(r->producer_wake->fd);
 }
 
 uint64_t tk_ring_used(struct tk_ring *r)
@@ -113,6 +176,11 @@ void tk_outbox_init(struct tk_outbox *o, struct tk_ring *ring, struct tk_wake *w
     o->ring = ring;
     o->wake = wake;
     o->limit = limit;
+}
+
+void tk_outbox_set_producer(struct tk_outbox *o, struct tk_wake *self)
+{
+    o->ring->producer_wake = self;
 }
 
 void *tk_outbox_put(struct tk_outbox *o, uint32_t kind, uint32_t len)
@@ -140,7 +208,8 @@ void *tk_outbox_put(struct tk_outbox *o, uint32_t kind, uint32_t len)
     return m->data;
 }
 
-void tk_outbox_flush(struct tk_outbox *o)
+/* Moves overflow into the ring while it has room. */
+static void outbox_move(struct tk_outbox *o)
 {
     while (o->head) {
         void *p = tk_ring_reserve(o->ring, o->head->kind, o->head->len);
@@ -154,6 +223,29 @@ void tk_outbox_flush(struct tk_outbox *o)
         o->queued--;
         free(m);
         o->touched = true;
+    }
+}
+
+void tk_outbox_flush(struct tk_outbox *o)
+{
+    outbox_move(o);
+    struct tk_ring *r = o->ring;
+    if (r->producer_wake) {
+        bool asked = atomic_load_explicit(&r->want_space, memory_order_relaxed) != 0;
+        if (o->head && !asked) {
+            /* Still full: ask the consumer for a wakeup, then look once
+             * more (see tk_ring_pop_done() for the pairing). If the flag
+             * was already set, the consumer either has not checked it yet
+             * or has cleared it and written the eventfd: both wake us. */
+            atomic_store_explicit(&r->want_space, 1, memory_order_seq_cst);
+            FULL_FENCE();
+            outbox_move(o);
+            asked = o->head == NULL;
+        }
+        /* Nothing waits any more: withdraw the request (if the consumer
+         * saw it meanwhile, the result is one spurious wakeup). */
+        if (!o->head && asked)
+            atomic_store_explicit(&r->want_space, 0, memory_order_relaxed);
     }
     if (o->touched) {
         tk_ring_publish(o->ring);
@@ -187,29 +279,14 @@ void tk_wake_close(struct tk_wake *w)
     w->fd = -1;
 }
 
-/* TSan does not model fences; under it a seq_cst read-modify-write of a
- * shared word gives the same full barrier and is visible to the tool. */
-#ifdef TK_TSAN
-static _Atomic uint64_t fence_word;
-#define FULL_FENCE() atomic_fetch_add_explicit(&fence_word, 0, memory_order_seq_cst)
-#else
-#define FULL_FENCE() atomic_thread_fence(memory_order_seq_cst)
-#endif
-
 /* The fences pair up Dekker-style: either the consumer's drain after
  * tk_wake_clear() sees the producer's publish, or the producer's exchange
  * sees the cleared flag and writes the eventfd. */
 void tk_wake_signal(struct tk_wake *w)
 {
     FULL_FENCE();
-    if (atomic_exchange_explicit(&w->pending, 1, memory_order_seq_cst) == 0) {
-        uint64_t one = 1;
-        ssize_t n;
-        do {
-            n = write(w->fd, &one, sizeof(one));
-        } while (n < 0 && errno == EINTR);
-        /* EAGAIN means the counter is saturated: the consumer is awake anyway. */
-    }
+    if (atomic_exchange_explicit(&w->pending, 1, memory_order_seq_cst) == 0)
+        wake_write(w->fd);
 }
 
 void tk_wake_clear(struct tk_wake *w)

@@ -377,11 +377,12 @@ int tk_worker_create(struct tk_server *s, uint32_t idx)
     w->nfree = n;
     if (tk_wake_init(&w->wake) != TK_OK)
         return TK_EIO;
+    size_t ring_bytes = tk_ring_bytes_for(s->nworkers);
     for (uint32_t j = 0; j < s->nworkers; j++)
-        if (j != idx && tk_ring_init(&w->inbox[j], TK_RING_BYTES) != TK_OK)
+        if (j != idx && tk_ring_init(&w->inbox[j], ring_bytes) != TK_OK)
             return TK_ENOMEM;
-    if (tk_ring_init(&w->from_raft, TK_RING_BYTES) != TK_OK ||
-        tk_ring_init(&w->to_raft_ring, TK_RING_BYTES) != TK_OK)
+    if (tk_ring_init(&w->from_raft, ring_bytes) != TK_OK ||
+        tk_ring_init(&w->to_raft_ring, ring_bytes) != TK_OK)
         return TK_ENOMEM;
     uint32_t nw = s->nworkers;
     struct tk_shard_options so = {
@@ -414,10 +415,13 @@ int tk_worker_start(struct tk_server *s, uint32_t idx)
      * shard) plus one read barrier per round and one snapshot part. */
     uint64_t requests = (uint64_t)s->opt.max_connections * s->opt.max_inflight;
     for (uint32_t j = 0; j < s->nworkers; j++)
-        if (j != idx)
+        if (j != idx) {
             tk_outbox_init(&w->to_worker[j], &s->workers[j]->inbox[idx], &s->workers[j]->wake,
                            2 * requests + s->opt.max_connections);
+            tk_outbox_set_producer(&w->to_worker[j], &w->wake);
+        }
     tk_outbox_init(&w->to_raft, &w->to_raft_ring, tk_raftd_wake(s), s->opt.max_keys + requests + 2);
+    tk_outbox_set_producer(&w->to_raft, &w->wake);
     w->listen_fd = tk_listen(s->opt.bind, s->opt.port, true);
     if (w->listen_fd < 0) {
         tk_log(TK_LOG_ERROR, "cannot listen on %s:%u: %s", s->opt.bind, s->opt.port,
