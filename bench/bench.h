@@ -110,6 +110,8 @@ enum conn_state {
 };
 
 struct bthread;
+struct tk_tls_ctx;
+struct tk_tls;
 
 struct bconn {
     struct bthread *th;
@@ -136,6 +138,11 @@ struct bconn {
     uint64_t connects;
     bool closing; /* the driver asked for a redirect or close */
     bool warned;
+    /* TLS (--tls-ca): made when TCP is up, freed with the connection. The
+     * driver sees plaintext in `in` and writes plaintext to `out`; loop.c
+     * moves ciphertext between this and the socket. */
+    struct tk_tls *tls;
+    bool tls_seen; /* the first byte received was looked at */
 };
 
 /* Counters of one thread; main.c sums them. Only events inside the
@@ -220,6 +227,15 @@ struct bench {
     char addr_text[256];
     uint8_t secret[4096];
     size_t secret_len;
+    /* TLS for the ticketing driver: NULL = plaintext. Read-only once the
+     * threads run, except the first fatal TLS failure (certificates, a
+     * plaintext server), which the first thread to meet it writes into
+     * tls_error before it sets tls_failed; main.c then stops waiting. */
+    struct tk_tls_ctx *tls_ctx;
+    char tls_server_name[256]; /* "": the address dialled */
+    atomic_bool tls_error_claimed;
+    atomic_bool tls_failed;
+    char tls_error[512];
     /* shape */
     uint32_t nthreads, nconns, depth;
     double rate; /* open loop: acquires per second in all; 0 = closed loop */

@@ -12,6 +12,11 @@
  * acquire in flight on a dead connection is indeterminate (its slot moves
  * on, to a fresh key where the scenario allows), a release in flight is
  * sent again once the connection is back.
+ *
+ * With --tls-ca every connection runs TLS (core/tls.h) under the driver:
+ * received ciphertext is fed to TLS and the plaintext lands in c->in; the
+ * driver's plaintext output is handed to TLS whole at flush time, and the
+ * ciphertext goes to the socket. The driver never knows.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,6 +31,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "core/tls.h"
 
 enum { TM_HOLD = 1, TM_RETRY, TM_RECONNECT, TM_SETUP };
 
@@ -35,6 +41,8 @@ enum { TM_HOLD = 1, TM_RETRY, TM_RECONNECT, TM_SETUP };
 #define HEAP_MAX (1u << 26)
 #define EVENTS_MAX 256
 #define OUT_CAP_MIN (16u << 10)
+#define TLS_RECV_SIZE (16u << 10)
+#define TLS_RECORD_HANDSHAKE 0x16
 
 uint64_t bench_now(void)
 {
@@ -426,6 +434,9 @@ static void conn_down(struct bconn *c, bool error)
         close(c->fd);
         c->fd = -1;
     }
+    tk_tls_free(c->tls);
+    c->tls = NULL;
+    c->tls_seen = false;
     if (c->state == CS_READY)
         atomic_fetch_sub(&b->ready_conns, 1);
     c->state = CS_DOWN;
@@ -521,8 +532,85 @@ void bench_redirect(struct bconn *c, const char *addr, size_t len)
     c->addr = (c->addr + 1) % b->naddrs;
 }
 
+/* A TLS failure: warned once per connection; a fatal one (certificates, a
+ * plaintext server: nothing a retry can fix) is also kept for main.c,
+ * which ends the run with it. */
+static void conn_tls_fail(struct bconn *c, const char *why, bool fatal)
+{
+    struct bench *b = c->th->b;
+    bench_conn_warn(c, "TLS: %s", why);
+    if (fatal && !atomic_exchange(&b->tls_error_claimed, true)) {
+        snprintf(b->tls_error, sizeof(b->tls_error), "%s", why);
+        atomic_store_explicit(&b->tls_failed, true, memory_order_release);
+    }
+    conn_down(c, true);
+}
+
+/* TCP is up: start the TLS handshake (the ClientHello leaves with the
+ * next flush). The name checked is --tls-server-name, else the address
+ * dialled (an IP literal, matched against the certificate's IP SANs). */
+static bool conn_tls_start(struct bconn *c)
+{
+    struct bench *b = c->th->b;
+    char name[INET_ADDRSTRLEN] = "";
+    struct sockaddr_in peer;
+    socklen_t len = sizeof(peer);
+    if (!b->tls_server_name[0] && getpeername(c->fd, (struct sockaddr *)&peer, &len) == 0)
+        inet_ntop(AF_INET, &peer.sin_addr, name, sizeof(name));
+    c->tls = tk_tls_new(b->tls_ctx, b->tls_server_name[0] ? b->tls_server_name : name);
+    if (c->tls == NULL) {
+        conn_tls_fail(c, "out of memory for a TLS connection", false);
+        return false;
+    }
+    char none[1];
+    size_t got;
+    if (tk_tls_read(c->tls, none, 0, &got) != TK_OK) {
+        conn_tls_fail(c, tk_tls_error(c->tls), false);
+        return false;
+    }
+    conn_mark_dirty(c);
+    return true;
+}
+
+/* Sends TLS's ciphertext: whatever the socket takes; the rest waits for
+ * EPOLLOUT. The driver's plaintext was handed to TLS before. */
+static void conn_flush_tls(struct bconn *c)
+{
+    if (c->out_len > c->out_sent) {
+        if (tk_tls_write(c->tls, c->out + c->out_sent, c->out_len - c->out_sent) != TK_OK) {
+            conn_tls_fail(c, tk_tls_error(c->tls), false);
+            return;
+        }
+        c->out_len = c->out_sent = 0;
+    }
+    size_t n;
+    const uint8_t *p = tk_tls_pending(c->tls, &n);
+    while (n > 0) {
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (w <= 0) {
+            conn_down(c, true);
+            return;
+        }
+        tk_tls_sent(c->tls, (size_t)w);
+        p = tk_tls_pending(c->tls, &n);
+    }
+    if ((n > 0) != c->want_write) {
+        c->want_write = n > 0;
+        conn_set_events(c);
+    }
+}
+
 static void conn_flush(struct bconn *c)
 {
+    if (c->tls != NULL) {
+        if (c->fd >= 0 && c->state != CS_CONNECTING)
+            conn_flush_tls(c);
+        return;
+    }
     while (c->fd >= 0 && c->out_sent < c->out_len) {
         ssize_t n = send(c->fd, c->out + c->out_sent, c->out_len - c->out_sent, MSG_NOSIGNAL);
         if (n < 0) {
@@ -560,9 +648,107 @@ static void flush_all(struct bthread *t)
     t->nflush = 0;
 }
 
+/* Lets the driver consume c->in. Returns false if the connection went
+ * down meanwhile. */
+static bool conn_consume(struct bthread *t, struct bconn *c)
+{
+    long used = t->b->drv->input(c);
+    if (c->closing) {
+        conn_down(c, false);
+        return false;
+    }
+    if (used < 0) {
+        t->cnt.errors++;
+        conn_down(c, true);
+        return false;
+    }
+    TK_ASSERT((size_t)used <= c->in_len);
+    memmove(c->in, c->in + used, c->in_len - (size_t)used);
+    c->in_len -= (size_t)used;
+    return true;
+}
+
+/* The first bytes must open a TLS handshake record; a plaintext server
+ * greets with its banner instead (an alert, 0x15, is a refusal). */
+static bool conn_tls_first(struct bconn *c, const uint8_t *p, size_t n)
+{
+    c->tls_seen = true;
+    if (p[0] == TLS_RECORD_HANDSHAKE)
+        return true;
+    char why[160], text[16];
+    size_t m = 0;
+    for (size_t i = 0; i < n && m < 11 && p[i] != '\n'; i++)
+        text[m++] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '.';
+    text[m] = '\0';
+    if (p[0] == 0x15 && n >= 7)
+        snprintf(why, sizeof(why), "the server refused the TLS handshake (alert %u)", p[6]);
+    else
+        snprintf(why, sizeof(why),
+                 "the server does not speak TLS: it answered in plaintext (\"%s...\")", text);
+    conn_tls_fail(c, why, true);
+    return false;
+}
+
+static void conn_read_tls(struct bthread *t, struct bconn *c)
+{
+    struct bench *b = t->b;
+    uint8_t buf[TLS_RECV_SIZE];
+    for (int round = 0; round < 8 && c->fd >= 0; round++) {
+        ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                conn_down(c, true);
+            return;
+        }
+        if (n == 0) {
+            if (c->state == CS_SETUP && !atomic_load(&b->hard_stop))
+                bench_conn_warn(c,
+                                "TLS: closed by the server during setup (a client "
+                                "certificate required? --tls-cert/--tls-key)");
+            conn_down(c, !atomic_load(&b->hard_stop));
+            return;
+        }
+        if (!c->tls_seen && !conn_tls_first(c, buf, (size_t)n))
+            return;
+        int rc = tk_tls_feed(c->tls, buf, (size_t)n);
+        while (rc == TK_OK) {
+            size_t room = BENCH_IN_CAP - c->in_len, got = 0;
+            if (room == 0) {
+                bench_conn_warn(c, "a response does not fit in %u bytes", BENCH_IN_CAP);
+                t->cnt.errors++;
+                conn_down(c, true);
+                return;
+            }
+            rc = tk_tls_read(c->tls, c->in + c->in_len, room, &got);
+            if (rc != TK_OK || got == 0)
+                break;
+            c->in_len += got;
+            if (!conn_consume(t, c))
+                return;
+        }
+        if (rc == TK_ECLOSED) {
+            conn_down(c, !atomic_load(&b->hard_stop));
+            return;
+        }
+        if (rc != TK_OK) {
+            conn_tls_fail(c, tk_tls_error(c->tls), rc == TK_EAUTH);
+            return;
+        }
+        conn_mark_dirty(c); /* handshake messages, if any */
+        if ((size_t)n < sizeof(buf))
+            return;
+    }
+}
+
 static void conn_read(struct bthread *t, struct bconn *c)
 {
     struct bench *b = t->b;
+    if (c->tls != NULL) {
+        conn_read_tls(t, c);
+        return;
+    }
     for (int round = 0; round < 8 && c->fd >= 0; round++) {
         size_t room = BENCH_IN_CAP - c->in_len;
         if (room == 0) {
@@ -584,19 +770,8 @@ static void conn_read(struct bthread *t, struct bconn *c)
             return;
         }
         c->in_len += (size_t)n;
-        long used = b->drv->input(c);
-        if (c->closing) {
-            conn_down(c, false);
+        if (!conn_consume(t, c))
             return;
-        }
-        if (used < 0) {
-            t->cnt.errors++;
-            conn_down(c, true);
-            return;
-        }
-        TK_ASSERT((size_t)used <= c->in_len);
-        memmove(c->in, c->in + used, c->in_len - (size_t)used);
-        c->in_len -= (size_t)used;
         if ((size_t)n < room)
             return;
     }
@@ -618,6 +793,8 @@ static void conn_event(struct bthread *t, struct bconn *c, uint32_t ev)
         c->state = CS_SETUP;
         c->want_write = false;
         conn_set_events(c);
+        if (t->b->tls_ctx != NULL && !conn_tls_start(c))
+            return;
         t->b->drv->open(c);
         return;
     }
@@ -639,7 +816,11 @@ static void timer_fire(struct bthread *t, const struct timer_ent *e, uint64_t no
         if (e->kind == TM_RECONNECT && c->state == CS_DOWN)
             conn_connect(c);
         else if (e->kind == TM_SETUP && (c->state == CS_CONNECTING || c->state == CS_SETUP)) {
-            bench_conn_warn(c, "connection setup timed out");
+            if (b->tls_ctx == NULL && b->drv == &bench_drv_ticketing && c->state == CS_SETUP)
+                /* A TLS port waits for our ClientHello as we wait for its banner. */
+                bench_conn_warn(c, "connection setup timed out (a TLS port? then --tls-ca)");
+            else
+                bench_conn_warn(c, "connection setup timed out");
             conn_down(c, true);
         }
         return;
@@ -788,7 +969,12 @@ void *bench_thread_main(void *arg)
             close(c->fd);
             c->fd = -1;
         }
+        tk_tls_free(c->tls);
+        c->tls = NULL;
     }
+#ifdef FP_ECC
+    tk_tls_thread_done(); /* wolfSSL keeps a cache per thread */
+#endif
     return NULL;
 }
 

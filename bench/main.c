@@ -27,6 +27,7 @@
 
 #include "bench/bench.h"
 #include "core/auth.h"
+#include "core/tls.h"
 
 #define READY_TIMEOUT_S 60.0
 #define MEM_TIMEOUT_S 600.0
@@ -52,6 +53,10 @@ static void usage(FILE *f)
             "                       --scenario uncontended|hotkey|ticketdrop|failover|memory "
             "[options]\n"
             "  --secret-file F     client secret (ticketing)\n"
+            "  --tls-ca F          ticketing over TLS: the CA of the servers' certificates\n"
+            "  --tls-cert F --tls-key F  ticketing over TLS: a client certificate and its key\n"
+            "  --tls-server-name N the name the servers' certificates must hold (default:\n"
+            "                      the address dialled, 127.x.x.x, checked as an IP SAN)\n"
             "  --conns N           connections (64)        --threads N   epoll threads (1)\n"
             "  --depth N           slots (pipelined lock clients) per connection (1)\n"
             "  --rate R            open loop: acquires/s in all (0 = closed loop)\n"
@@ -340,11 +345,12 @@ static void print_json(FILE *f, struct bench *b, struct result *r, bool checks_o
         "{\"system\":\"%s\",\"label\":\"%s\",\"case\":\"%s\",\"scenario\":\"%s\",\"time\":\"%s\","
         "\"conns\":%u,\"depth\":%u,\"threads\":%u,\"clients\":%llu,\"mode\":\"%s\","
         "\"rate_target\":%.1f,\"warmup_s\":%.1f,\"duration_s\":%.3f,"
-        "\"lease_ms\":%u,\"wait_ms\":%u,\"hold_ms\":%u,\"keys\":%llu,\"zipf\":%.2f,",
+        "\"lease_ms\":%u,\"wait_ms\":%u,\"hold_ms\":%u,\"keys\":%llu,\"zipf\":%.2f,\"tls\":%s,",
         b->drv->name, b->label, b->case_name, b->scenario_name, when, b->nconns, b->depth,
         b->nthreads, (unsigned long long)b->nslots, b->rate > 0 ? "open" : "closed", b->rate,
         b->warmup_s, r->window_s, b->lease_ms, b->wait_ms, b->hold_ms,
-        (unsigned long long)(b->scenario == SC_HOTKEY ? 1 : b->nkeys), b->zipf_s);
+        (unsigned long long)(b->scenario == SC_HOTKEY ? 1 : b->nkeys), b->zipf_s,
+        b->tls_ctx ? "true" : "false");
     fprintf(f,
             "\"acquires\":%llu,\"grants\":%llu,\"pairs\":%llu,\"timeouts\":%llu,\"busy\":%llu,"
             "\"notheld\":%llu,\"errors\":%llu,\"retries\":%llu,\"indeterminate\":%llu,"
@@ -431,11 +437,11 @@ static void print_summary(struct bench *b, struct result *r, bool checks_ok)
             "%.1f timeouts/s | acquire p50 %.0fus p99 %.0fus p99.9 %.0fus max %.0fus | "
             "gap %llums | errors %llu, indeterminate %llu | checks %s",
             b->drv->name, b->label, b->scenario_name, b->nconns, b->depth,
-            b->rate > 0 ? "open " : "closed", "", (double)c->grants / w, (double)c->released / w,
-            (double)c->timeouts / w, us(bhist_percentile(h, 50)), us(bhist_percentile(h, 99)),
-            us(bhist_percentile(h, 99.9)), us(h->max), (unsigned long long)r->max_gap_ms,
-            (unsigned long long)c->errors, (unsigned long long)c->indeterminate,
-            checks_ok ? "ok" : "FAILED");
+            b->rate > 0 ? "open " : "closed", b->tls_ctx ? " tls" : "", (double)c->grants / w,
+            (double)c->released / w, (double)c->timeouts / w, us(bhist_percentile(h, 50)),
+            us(bhist_percentile(h, 99)), us(bhist_percentile(h, 99.9)), us(h->max),
+            (unsigned long long)r->max_gap_ms, (unsigned long long)c->errors,
+            (unsigned long long)c->indeterminate, checks_ok ? "ok" : "FAILED");
     if (c->bypass_n)
         fprintf(stderr, " (bypass max %llu, bound %u)", (unsigned long long)c->bypass_max,
                 b->fifo_bound);
@@ -479,6 +485,10 @@ enum {
     OPT_HELP,
     OPT_CASE,
     OPT_PROBE,
+    OPT_TLS_CA,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
+    OPT_TLS_NAME,
 };
 
 static const struct option long_opts[] = {
@@ -510,6 +520,10 @@ static const struct option long_opts[] = {
     {"min-pairs", required_argument, NULL, OPT_MINPAIRS},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"fifo-probe", no_argument, NULL, OPT_PROBE},
+    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
+    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+    {"tls-server-name", required_argument, NULL, OPT_TLS_NAME},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -528,6 +542,7 @@ static bool parse_num(const char *s, double lo, double hi, double *out)
 /* What the command line asks for beyond struct bench. */
 struct cli {
     const char *secret_file, *json_out, *scenario, *driver, *addrs;
+    const char *tls_ca, *tls_cert, *tls_key, *tls_name;
     uint64_t min_pairs;
     bool progress;
     int64_t wait_ms, keys; /* -1: the scenario's default */
@@ -656,6 +671,19 @@ static int parse_args(int argc, char **argv, struct bench *b, struct cli *o)
             case OPT_PROBE:
                 b->fifo_probe = true;
                 break;
+            case OPT_TLS_CA:
+                o->tls_ca = optarg;
+                break;
+            case OPT_TLS_CERT:
+                o->tls_cert = optarg;
+                break;
+            case OPT_TLS_KEY:
+                o->tls_key = optarg;
+                break;
+            case OPT_TLS_NAME:
+                o->tls_name = optarg;
+                ok = strlen(optarg) < sizeof(b->tls_server_name);
+                break;
             case OPT_HELP:
             case 'h':
                 usage(stdout);
@@ -673,6 +701,46 @@ static int parse_args(int argc, char **argv, struct bench *b, struct cli *o)
         usage(stderr);
         return 1;
     }
+    return 0;
+}
+
+/* The TLS context for the ticketing driver, from --tls-*; 0, or 1 with one
+ * line on stderr. */
+static int configure_tls(struct bench *b, const struct cli *o)
+{
+    if (!o->tls_ca && !o->tls_cert && !o->tls_key && !o->tls_name)
+        return 0;
+    const char *why = NULL;
+    if (b->drv != &bench_drv_ticketing)
+        why = "the --tls-* options are for --driver ticketing";
+    else if (!o->tls_ca)
+        why = "TLS needs --tls-ca (the CA that signed the servers' certificates)";
+    else if (!o->tls_cert != !o->tls_key)
+        why = "--tls-cert and --tls-key go together";
+    if (why) {
+        fprintf(stderr, "ticketing-bench: %s\n", why);
+        return 1;
+    }
+    char err[TK_TLS_ERR_MAX];
+    if (o->tls_cert) {
+        /* A server context proves cert and key belong together (one
+         * handshake in memory), which a client context does not. */
+        struct tk_tls_opts pair = {.server = true, .cert = o->tls_cert, .key = o->tls_key};
+        struct tk_tls_ctx *pc = NULL;
+        if (tk_tls_ctx_new(&pair, &pc, err, sizeof(err)) != TK_OK) {
+            fprintf(stderr, "ticketing-bench: TLS: %s\n", err);
+            return 1;
+        }
+        tk_tls_ctx_unref(pc);
+    }
+    struct tk_tls_opts t = {
+        .server = false, .cert = o->tls_cert, .key = o->tls_key, .ca = o->tls_ca};
+    if (tk_tls_ctx_new(&t, &b->tls_ctx, err, sizeof(err)) != TK_OK) {
+        fprintf(stderr, "ticketing-bench: TLS: %s\n", err);
+        return 1;
+    }
+    if (o->tls_name)
+        snprintf(b->tls_server_name, sizeof(b->tls_server_name), "%s", o->tls_name);
     return 0;
 }
 
@@ -695,6 +763,8 @@ static int configure(struct bench *b, const struct cli *o)
         fprintf(stderr, "ticketing-bench: bad --driver, --scenario or --addr\n");
         return 1;
     }
+    if (configure_tls(b, o) != 0)
+        return 1;
     uint32_t wait_default = b->scenario == SC_HOTKEY                         ? 10000u
                             : b->scenario == SC_MEMORY && b->mem_waiters > 0 ? 250000u
                             : b->scenario == SC_MEMORY                       ? 0u
@@ -764,10 +834,15 @@ static int measure(struct bench *b, struct result *res, bool progress)
         TK_ASSERT(pthread_create(&tids[i], NULL, bench_thread_main, &b->threads[i]) == 0);
     uint64_t t0 = bench_now();
     while (atomic_load(&b->ready_conns) < b->nconns &&
+           !atomic_load_explicit(&b->tls_failed, memory_order_acquire) &&
            bench_now() - t0 < (uint64_t)(READY_TIMEOUT_S * 1e9))
         sleep_ms(5);
     int status = 0;
-    if (atomic_load(&b->ready_conns) < b->nconns) {
+    if (atomic_load_explicit(&b->tls_failed, memory_order_acquire)) {
+        /* Certificates or a plaintext server: no retry will fix it. */
+        fprintf(stderr, "ticketing-bench: TLS: %s\n", b->tls_error);
+        status = 1;
+    } else if (atomic_load(&b->ready_conns) < b->nconns) {
         fprintf(stderr, "ticketing-bench: only %llu of %u connections came up within %.0f s\n",
                 (unsigned long long)atomic_load(&b->ready_conns), b->nconns, READY_TIMEOUT_S);
         status = 1;
@@ -859,5 +934,6 @@ int main(int argc, char **argv)
     rc = report(b, &res, &o);
     for (uint32_t i = 0; i < b->nthreads; i++)
         bench_thread_free(&b->threads[i]);
+    tk_tls_ctx_unref(b->tls_ctx);
     return rc;
 }

@@ -6,7 +6,8 @@
 #   bench/smoke.sh BUILD_DIR
 #
 # Passes when each driver completed N pairs without errors and the safety
-# and FIFO checks passed. No timing thresholds. Exits 77 (skipped) when
+# and FIFO checks passed (Ticketing also over TLS, when openssl is there to
+# make certificates). No timing thresholds. Exits 77 (skipped) when
 # etcd or redis-server is not installed (bench/run.sh installs them).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -60,6 +61,22 @@ for d in TK ET RD; do
 done
 # Open loop, with its backlog and intended-time latency.
 check "ticketing open loop" 50 "${TK[@]}" --scenario uncontended --conns 4 --rate 400
+
+# TLS on the client port (certificates from the tests' openssl script; the
+# node certificate names 127.0.0.1, so M redirects verify too).
+if command -v openssl >/dev/null; then
+    stop_ticketing
+    sh "$HERE/../tests/support/make_certs.sh" "$BENCH_TMP/certs"
+    C=$BENCH_TMP/certs
+    start_ticketing "$BUILD" 2 --tls-cert "$C/node.pem" --tls-key "$C/node.key" \
+        --tls-ca "$C/ca.pem" --tls-client-auth ||
+        { echo "bench_smoke: ticketing cluster with TLS did not start"; exit 1; }
+    check "ticketing tls" 50 --driver ticketing --addr "$TK_ADDRS" --secret-file "$TK_SECRET" \
+        --tls-ca "$C/ca.pem" --tls-cert "$C/client.pem" --tls-key "$C/client.key" \
+        --fifo-probe --scenario uncontended --conns 4 --depth 2
+else
+    echo "skip ticketing tls: openssl is not installed"
+fi
 
 if ((FAILED)); then
     echo "bench_smoke: FAILED"

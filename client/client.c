@@ -67,10 +67,11 @@ const char *tk_client_strerror(int err)
         [TK_CLIENT_ENOMEM] = "out of memory or too many requests in progress",
         [TK_CLIENT_EFULL] = "release queue full",
         [TK_CLIENT_ESECRET] = "secret unreadable, too short or too long",
-        [TK_CLIENT_EUNSUPPORTED] = "not supported yet (TLS)",
+        [TK_CLIENT_EUNSUPPORTED] = "not supported",
         [TK_CLIENT_ESYSTEM] = "system call failed",
         [TK_CLIENT_ESHUTDOWN] = "client is shutting down",
         [TK_CLIENT_ENOTFOUND] = "no such request in progress",
+        [TK_CLIENT_ETLS] = "unusable TLS settings (tk_client_tls_check() names the problem)",
     };
     if (err < 0 || (size_t)err >= TK_ARRAY_LEN(msgs) || msgs[err] == NULL)
         return "unknown error";
@@ -245,6 +246,101 @@ static int client_cfg_addrs(struct tk_client *c, const char *addrs)
     return TK_CLIENT_ENONE;
 }
 
+/* ---- TLS ------------------------------------------------------------------ */
+
+static int tls_err(char *err, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int tls_err(char *err, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    if (cap > 0) {
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return TK_CLIENT_ETLS;
+}
+
+/* Checks the TLS fields and, if TLS is asked for, loads the context into
+ * *ctx (NULL otherwise). */
+static int tls_setup(const struct tk_client_config *cfg,
+                     struct tk_tls_ctx **ctx,
+                     char *err,
+                     size_t cap)
+{
+    *ctx = NULL;
+    if (cap > 0)
+        err[0] = '\0';
+    if (cfg->tls_ca_file == NULL) {
+        if (cfg->tls_cert_file || cfg->tls_key_file || cfg->tls_server_name)
+            return tls_err(err, cap,
+                           "TLS needs tls_ca_file (the CA that signed the servers' "
+                           "certificates); without it the connection would be plaintext");
+        return TK_CLIENT_ENONE;
+    }
+    if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL))
+        return tls_err(err, cap,
+                       "a client certificate needs both tls_cert_file and tls_key_file (%s "
+                       "is missing)",
+                       cfg->tls_cert_file ? "tls_key_file" : "tls_cert_file");
+    if (cfg->tls_server_name != NULL) {
+        size_t n = strlen(cfg->tls_server_name);
+        bool ok = n > 0 && n <= CL_HOST_MAX;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = cfg->tls_server_name[i] > 0x20 && cfg->tls_server_name[i] < 0x7f;
+        if (!ok)
+            return tls_err(err, cap, "tls_server_name '%.64s' is not a host name",
+                           cfg->tls_server_name);
+    }
+    char why[TK_TLS_ERR_MAX];
+    if (cfg->tls_cert_file != NULL) {
+        /* core/tls.c proves a server's pair with one handshake in memory
+         * (wolfSSL's own key check passes some mismatched ECC pairs); the
+         * same proof for our pair, so a wrong key is named here rather than
+         * as a refusal by every server. */
+        struct tk_tls_opts probe = {
+            .server = true, .cert = cfg->tls_cert_file, .key = cfg->tls_key_file};
+        struct tk_tls_ctx *pc = NULL;
+        if (tk_tls_ctx_new(&probe, &pc, why, sizeof why) != TK_OK)
+            return tls_err(err, cap, "%s", why);
+        tk_tls_ctx_unref(pc);
+    }
+    struct tk_tls_opts o = {.server = false,
+                            .cert = cfg->tls_cert_file,
+                            .key = cfg->tls_key_file,
+                            .ca = cfg->tls_ca_file};
+    if (tk_tls_ctx_new(&o, ctx, why, sizeof why) != TK_OK)
+        return tls_err(err, cap, "%s", why);
+    return TK_CLIENT_ENONE;
+}
+
+int tk_client_tls_check(const struct tk_client_config *cfg, char *err, size_t cap)
+{
+    struct tk_tls_ctx *ctx;
+    if (cfg == NULL)
+        return TK_CLIENT_EINVAL;
+    int rc = tls_setup(cfg, &ctx, err, cap);
+    tk_tls_ctx_unref(ctx);
+    return rc;
+}
+
+static int client_cfg_tls(struct tk_client *c, const struct tk_client_config *in)
+{
+    char err[CL_ERR_MAX];
+    int rc = tls_setup(in, &c->tls_ctx, err, sizeof err);
+    if (rc != TK_CLIENT_ENONE) {
+        cl_log(c, 0, "TLS: %s", err);
+        return rc;
+    }
+    if (c->tls_ctx == NULL)
+        return TK_CLIENT_ENONE;
+    if (in->tls_server_name)
+        snprintf(c->tls_server_name, sizeof c->tls_server_name, "%s", in->tls_server_name);
+    snprintf(c->tls_ca_file, sizeof c->tls_ca_file, "%s", in->tls_ca_file);
+    c->tls_client_cert = in->tls_cert_file != NULL;
+    return TK_CLIENT_ENONE;
+}
+
 /* ---- create / destroy -------------------------------------------------- */
 
 static int client_setup_io(struct tk_client *c)
@@ -276,8 +372,6 @@ int tk_client_create(const struct tk_client_config *cfg, struct tk_client **out)
     if (cfg == NULL || out == NULL)
         return TK_CLIENT_EINVAL;
     *out = NULL;
-    if (cfg->tls_ca_file || cfg->tls_cert_file || cfg->tls_key_file || cfg->tls_server_name)
-        return TK_CLIENT_EUNSUPPORTED;
     struct tk_client *c = calloc(1, sizeof *c);
     if (c == NULL)
         return TK_CLIENT_ENOMEM;
@@ -288,9 +382,9 @@ int tk_client_create(const struct tk_client_config *cfg, struct tk_client **out)
     pthread_cond_init(&c->ready_cond, NULL);
     pthread_mutex_init(&c->rmu, NULL);
     pthread_cond_init(&c->rcond, NULL);
-    if ((rc = client_cfg_numbers(c, cfg)) != 0 || (rc = client_cfg_secret(c, cfg)) != 0 ||
-        (rc = client_cfg_owner(c, cfg)) != 0 || (rc = client_cfg_addrs(c, cfg->addrs)) != 0 ||
-        (rc = client_setup_io(c)) != 0)
+    if ((rc = client_cfg_numbers(c, cfg)) != 0 || (rc = client_cfg_tls(c, cfg)) != 0 ||
+        (rc = client_cfg_secret(c, cfg)) != 0 || (rc = client_cfg_owner(c, cfg)) != 0 ||
+        (rc = client_cfg_addrs(c, cfg->addrs)) != 0 || (rc = client_setup_io(c)) != 0)
         goto err;
     if (pthread_create(&c->io_thread, NULL, cl_io_main, c) != 0) {
         rc = TK_CLIENT_ESYSTEM;
@@ -320,6 +414,7 @@ void tk_client_destroy(struct tk_client *c)
     cl_resolve_stop(c);
     for (unsigned i = 0; i < c->nconns; i++)
         cl_conn_free(c->conns[i]);
+    tk_tls_ctx_unref(c->tls_ctx); /* after the connections, which hold references */
     for (uint32_t i = 0; c->chunks != NULL && i < c->nchunks; i++)
         free(c->chunks[i]);
     free(c->chunks);
@@ -340,6 +435,16 @@ void tk_client_destroy(struct tk_client *c)
 const char *tk_client_owner(const struct tk_client *c)
 {
     return c->owner;
+}
+
+size_t tk_client_last_error(struct tk_client *c, char *buf, size_t cap)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t n = strlen(c->last_error);
+    if (cap > 0)
+        snprintf(buf, cap, "%s", c->last_error);
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 /* ---- the request pool (under mu) ---------------------------------------- */

@@ -4,6 +4,14 @@
  * backoff (seed: 0.1 s doubling to 3.2 s, with jitter; reset by a good
  * handshake).
  *
+ * With TLS (tls_ca_file), TCP is followed by a TLS handshake through
+ * core/tls.h, and everything below runs inside it: received bytes are fed
+ * to TLS and the plaintext it gives goes to the line parser; plaintext to
+ * send is handed to TLS and its ciphertext to the socket. A TLS failure on
+ * the certificates, or a plaintext server, is a configuration error: the
+ * connection waits backoff_max_ms before its next try, and loop.c fails
+ * unsent requests early while every connection is in that state.
+ *
  * Handshake: banner -> AUTH -> OK, whose server proof is checked before a
  * single word the server says is believed (an M included). Then "P 0" is
  * sent and the connection is usable only once it is answered: a non-leader
@@ -13,10 +21,12 @@
  *
  * "Written" is tracked in bytes: every request records the stream offset of
  * its first byte (stream_pos) and the connection counts bytes accepted by
- * the kernel (out_written). A request is untouched while stream_pos >=
- * out_written; only an untouched request may be retried elsewhere.
+ * the kernel (out_written; with TLS, bytes handed to TLS). A request is
+ * untouched while stream_pos >= out_written; only an untouched request may
+ * be retried elsewhere.
  */
 #include "client/internal.h"
+#include "core/tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -32,6 +42,8 @@
 #define CONN_KEEPIDLE_S 10
 #define CONN_KEEPINTVL_S 3
 #define CONN_KEEPCNT 3
+#define TLS_RECORD_ALERT 0x15
+#define TLS_RECORD_HANDSHAKE 0x16
 
 /* ---- addresses ---------------------------------------------------------- */
 
@@ -140,6 +152,7 @@ void cl_conn_free(struct cl_conn *k)
         return;
     if (k->fd >= 0)
         close(k->fd);
+    tk_tls_free(k->tls);
     free(k->rbuf);
     free(k->wbuf);
     free(k->slots);
@@ -170,6 +183,10 @@ static void conn_teardown(struct cl_conn *k)
     }
     k->fd = -1;
     k->epoll_events = 0;
+    tk_tls_free(k->tls);
+    k->tls = NULL;
+    k->tls_seen = false;
+    k->got_bytes = false;
     k->rlen = 0;
     k->whead = 0;
     k->wlen = 0;
@@ -200,22 +217,92 @@ static void conn_teardown(struct cl_conn *k)
     TK_ASSERT(k->inflight == 0);
 }
 
-void cl_conn_fail(struct cl_conn *k, const char *why, uint64_t now_us)
+/* Closes the connection and schedules the next attempt. record: a failure
+ * worth reporting through tk_client_last_error() (an M is not one).
+ * tls_refused: a TLS configuration error (see the top of this file). */
+static void conn_down(struct cl_conn *k,
+                      const char *why,
+                      bool record,
+                      bool tls_refused,
+                      uint64_t now_us)
 {
     struct tk_client *c = k->client;
     bool was_ready = k->state == CL_CONN_READY;
-    cl_log(c, was_ready ? 1 : 3, "connection to %s: %s", k->addr, why);
+    cl_log(c, tls_refused ? 0 : was_ready ? 1 : 3, "connection to %s: %s", k->addr, why);
+    if (record) {
+        pthread_mutex_lock(&c->mu);
+        snprintf(c->last_error, sizeof c->last_error, "%s: %s", k->addr, why);
+        pthread_mutex_unlock(&c->mu);
+    }
     conn_teardown(k);
+    k->tls_refused = tls_refused;
     if (k->extra && c->leader != (int)k->index) {
         k->state = CL_CONN_RETIRED; /* the leader moved on from this address */
         return;
     }
+    /* Certificates and plaintext servers do not change in a tenth of a
+     * second: go straight to the longest step rather than hammer a server
+     * that will refuse again. */
+    if (tls_refused)
+        k->backoff_ms = c->cfg.backoff_max_ms;
     /* Jitter: a delay in [3/4, 1] of the step, so the steps stay at most
      * backoff_max and clients that lost the same node spread out. */
     uint64_t step_us = (uint64_t)k->backoff_ms * 1000u;
     uint64_t delay_us = tk_prng_range(&c->prng, step_us * 3 / 4, step_us);
     k->next_attempt_us = now_us + delay_us;
     k->backoff_ms = TK_MIN(k->backoff_ms * 2, c->cfg.backoff_max_ms);
+}
+
+void cl_conn_fail(struct cl_conn *k, const char *why, uint64_t now_us)
+{
+    conn_down(k, why, true, false, now_us);
+}
+
+bool cl_conns_tls_refused(const struct tk_client *c)
+{
+    unsigned live = 0;
+    for (unsigned i = 0; i < c->nconns; i++) {
+        const struct cl_conn *k = c->conns[i];
+        if (k->state == CL_CONN_RETIRED)
+            continue;
+        if (!k->tls_refused)
+            return false;
+        live++;
+    }
+    return live > 0;
+}
+
+/* A TLS failure (rc from core/tls.h), named with what the reader needs to
+ * fix it: the CA file and the name checked when the server's certificate
+ * was refused, a hint about client certificates when the server hung up
+ * on ours (or on its absence). */
+static void conn_fail_tls(struct cl_conn *k, int rc, uint64_t now_us)
+{
+    struct tk_client *c = k->client;
+    char why[4 * TK_TLS_ERR_MAX]; /* cut to CL_ERR_MAX when recorded */
+    const char *name = c->tls_server_name[0] ? c->tls_server_name : k->host;
+    const char *err = k->tls ? tk_tls_error(k->tls) : "";
+    bool in_handshake = k->state == CL_CONN_TLS;
+    /* Before the banner: the server may be refusing us in TLS (TLS 1.3
+     * refuses a client certificate only after our side is done). */
+    bool early = in_handshake || k->state == CL_CONN_BANNER;
+    if (rc == TK_ECLOSED)
+        err = in_handshake ? "closed by the server during the TLS handshake"
+                           : "closed by the server after the TLS handshake, before its banner";
+    else if (err[0] == '\0')
+        err = "TLS failed";
+    if (rc == TK_EAUTH && in_handshake && strstr(err, "alert") == NULL)
+        snprintf(why, sizeof why, "%s (CA file %s, server name %s)", err, c->tls_ca_file, name);
+    else if (!early)
+        snprintf(why, sizeof why, "%s", err);
+    else if (!c->tls_client_cert)
+        snprintf(why, sizeof why,
+                 "%s (if the server requires client certificates, set tls_cert_file and "
+                 "tls_key_file)",
+                 err);
+    else
+        snprintf(why, sizeof why, "%s (the server may have refused our client certificate)", err);
+    conn_down(k, why, true, rc == TK_EAUTH, now_us);
 }
 
 void cl_conn_retire(struct cl_conn *k, uint64_t now_us)
@@ -226,6 +313,36 @@ void cl_conn_retire(struct cl_conn *k, uint64_t now_us)
 }
 
 /* ---- connecting ------------------------------------------------------------ */
+
+/* TCP is up. Plaintext: wait for the banner. TLS: start the handshake; the
+ * ClientHello leaves with the loop's flush. */
+static void conn_connected(struct cl_conn *k, uint64_t now_us)
+{
+    struct tk_client *c = k->client;
+    k->got_bytes = false;
+    if (c->tls_ctx == NULL) {
+        k->state = CL_CONN_BANNER;
+        conn_arm(k, EPOLLIN);
+        return;
+    }
+    /* The name checked: the configured one, else the host dialled (an IP
+     * literal is matched against the certificate's IP addresses). */
+    k->tls = tk_tls_new(c->tls_ctx, c->tls_server_name[0] ? c->tls_server_name : k->host);
+    if (k->tls == NULL) {
+        cl_conn_fail(k, "out of memory for a TLS connection", now_us);
+        return;
+    }
+    k->tls_seen = false;
+    k->state = CL_CONN_TLS;
+    char none[1];
+    size_t got;
+    int rc = tk_tls_read(k->tls, none, 0, &got);
+    if (rc != TK_OK) {
+        conn_fail_tls(k, rc, now_us);
+        return;
+    }
+    conn_arm(k, EPOLLIN);
+}
 
 static void conn_connect(struct cl_conn *k, uint64_t now_us)
 {
@@ -246,8 +363,7 @@ static void conn_connect(struct cl_conn *k, uint64_t now_us)
     setsockopt(k->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
     setsockopt(k->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
     if (connect(k->fd, (struct sockaddr *)&k->sa, k->sa_len) == 0) {
-        k->state = CL_CONN_BANNER;
-        conn_arm(k, EPOLLIN);
+        conn_connected(k, now_us);
     } else if (errno == EINPROGRESS) {
         k->state = CL_CONN_CONNECTING;
         conn_arm(k, EPOLLOUT);
@@ -294,10 +410,22 @@ void cl_conn_timer(struct cl_conn *k, uint64_t now_us)
             break;
         case CL_CONN_RESOLVING:
         case CL_CONN_CONNECTING:
+        case CL_CONN_TLS:
         case CL_CONN_BANNER:
         case CL_CONN_AUTH:
         case CL_CONN_PROBE:
-            if (k->attempt_deadline_us <= now_us)
+            if (k->attempt_deadline_us > now_us)
+                break;
+            if (k->state == CL_CONN_TLS)
+                cl_conn_fail(k, "TLS handshake timed out", now_us);
+            else if (k->state == CL_CONN_BANNER && k->tls == NULL && !k->got_bytes)
+                /* A TLS server waits for our ClientHello while we wait for
+                 * its banner: the likeliest reason for this silence. */
+                cl_conn_fail(k,
+                             "connected, but no banner from the server in time (a TLS "
+                             "port? then set tls_ca_file)",
+                             now_us);
+            else
                 cl_conn_fail(k, "connect or handshake timed out", now_us);
             break;
         default:
@@ -414,10 +542,80 @@ void cl_conn_drop_slot(struct cl_conn *k, struct cl_req *r)
     r->conn = NULL;
 }
 
+/* Marks the requests whose first byte is now below out_written as sent. */
+static void conn_mark_sent(struct cl_conn *k, uint64_t before_us)
+{
+    while (k->unsent.head != NULL && k->unsent.head->stream_pos < k->out_written) {
+        struct cl_req *r = k->unsent.head;
+        cl_list_remove(&k->unsent, r);
+        cl_on_sent(k->client, r, before_us);
+    }
+}
+
+/* Sends TLS's pending ciphertext. Returns 1 when all of it left, 0 when the
+ * socket is full (EPOLLOUT armed), -1 when the connection failed. */
+static int conn_tls_push(struct cl_conn *k, uint64_t now_us)
+{
+    size_t n;
+    const uint8_t *p = tk_tls_pending(k->tls, &n);
+    while (n > 0) {
+        ssize_t w = send(k->fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            conn_arm(k, EPOLLIN | EPOLLOUT);
+            return 0;
+        }
+        if (w <= 0) {
+            char why[128];
+            snprintf(why, sizeof why, "write: %s", w < 0 ? strerror(errno) : "no progress");
+            cl_conn_fail(k, why, now_us);
+            return -1;
+        }
+        tk_tls_sent(k->tls, (size_t)w);
+        p = tk_tls_pending(k->tls, &n);
+    }
+    return 1;
+}
+
+/* TLS output: first what TLS already holds, then at most one record of
+ * plaintext at a time, and only while the socket takes it all. So the
+ * plaintext not yet handed over stays in wbuf, untouched, while the kernel
+ * is full, as it does without TLS. */
+static void conn_flush_tls(struct cl_conn *k, uint64_t now_us)
+{
+    for (;;) {
+        int rc = conn_tls_push(k, now_us);
+        if (rc <= 0)
+            return;
+        if (k->wlen == 0 || !tk_tls_ready(k->tls))
+            break;
+        size_t n = TK_MIN(k->wlen, (size_t)CL_TLS_WRITE_MAX);
+        /* Read before the bytes are handed over, so it is never later than
+         * the moment the first byte left: a lease counted from it is safe. */
+        uint64_t before_us = cl_now_us();
+        if (tk_tls_write(k->tls, k->wbuf + k->whead, n) != TK_OK) {
+            conn_fail_tls(k, TK_EPROTO, now_us);
+            return;
+        }
+        k->whead += n;
+        k->wlen -= n;
+        k->out_written += (uint64_t)n;
+        conn_mark_sent(k, before_us);
+    }
+    if (k->wlen == 0)
+        k->whead = 0;
+    conn_arm(k, EPOLLIN);
+}
+
 void cl_conn_flush(struct cl_conn *k, uint64_t now_us)
 {
     if (k->fd < 0 || k->state == CL_CONN_CONNECTING)
         return;
+    if (k->tls != NULL) {
+        conn_flush_tls(k, now_us);
+        return;
+    }
     while (k->wlen > 0) {
         /* Read just before the write, so it is never later than the moment
          * the first byte left: a lease counted from it is safe. */
@@ -438,11 +636,7 @@ void cl_conn_flush(struct cl_conn *k, uint64_t now_us)
         k->whead += (size_t)n;
         k->wlen -= (size_t)n;
         k->out_written += (uint64_t)n;
-        while (k->unsent.head != NULL && k->unsent.head->stream_pos < k->out_written) {
-            struct cl_req *r = k->unsent.head;
-            cl_list_remove(&k->unsent, r);
-            cl_on_sent(k->client, r, before_us);
-        }
+        conn_mark_sent(k, before_us);
     }
     k->whead = 0;
     conn_arm(k, EPOLLIN);
@@ -559,7 +753,7 @@ static void conn_line(struct cl_conn *k, const char *line, size_t len, uint64_t 
     }
     if (rsp.type == 'M') {
         cl_on_moved(k->client, rsp.text, rsp.text ? rsp.text_len : 0, now_us);
-        cl_conn_fail(k, "not the leader (M)", now_us);
+        conn_down(k, "not the leader (M)", false, false, now_us);
     } else if (!rsp.has_id) {
         char why[64];
         snprintf(why, sizeof why, "server closed: E - %.*s", (int)TK_MIN(rsp.text_len, 20u),
@@ -597,11 +791,108 @@ static void conn_lines(struct cl_conn *k, uint64_t now_us)
         cl_conn_fail(k, "protocol: line too long", now_us);
 }
 
+/* The first bytes of a TLS connection must open a handshake record. A
+ * plaintext server greets with its banner; a TLS server that refuses our
+ * hello answers with an alert. Either is named here, before core/tls.c
+ * (whose own check speaks of plaintext clients, the server's case). */
+static bool conn_tls_first(struct cl_conn *k, const uint8_t *p, size_t n, uint64_t now_us)
+{
+    char why[CL_ERR_MAX];
+    k->tls_seen = true;
+    if (p[0] == TLS_RECORD_HANDSHAKE)
+        return true;
+    if (p[0] == TLS_RECORD_ALERT && n >= 7) {
+        unsigned desc = p[6];
+        const char *what = desc == 40    ? "handshake failure"
+                           : desc == 42  ? "bad certificate"
+                           : desc == 48  ? "unknown CA"
+                           : desc == 70  ? "protocol version"
+                           : desc == 112 ? "unrecognized name"
+                           : desc == 116 ? "certificate required"
+                                         : "see RFC 8446 section 6";
+        snprintf(why, sizeof why, "the server refused the TLS handshake (alert %u: %s)", desc,
+                 what);
+    } else {
+        char text[24];
+        size_t m = 0;
+        for (size_t i = 0; i < n && m < 20 && p[i] != '\n'; i++)
+            text[m++] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '.';
+        text[m] = '\0';
+        snprintf(why, sizeof why,
+                 "the server does not speak TLS: it answered in plaintext (\"%s...\"); "
+                 "enable TLS on it, or connect without tls_ca_file",
+                 text);
+    }
+    conn_down(k, why, true, true, now_us);
+    return false;
+}
+
+/* Ciphertext received: through TLS into rbuf, then the lines. */
+static void conn_tls_input(struct cl_conn *k, const uint8_t *p, size_t n, uint64_t now_us)
+{
+    if (!k->tls_seen && !conn_tls_first(k, p, n, now_us))
+        return;
+    int rc = tk_tls_feed(k->tls, p, n);
+    while (rc == TK_OK && k->fd >= 0) {
+        size_t got;
+        /* conn_lines leaves less than a line in rbuf: there is room. */
+        rc = tk_tls_read(k->tls, k->rbuf + k->rlen, CL_RBUF_SIZE - k->rlen, &got);
+        if (rc != TK_OK)
+            break;
+        if (k->state == CL_CONN_TLS && tk_tls_ready(k->tls)) {
+            k->state = CL_CONN_BANNER;
+            k->tls_refused = false;
+            cl_log(k->client, 3, "connection to %s: TLS handshake done", k->addr);
+        }
+        if (got == 0)
+            return;
+        k->rlen += got;
+        conn_lines(k, now_us);
+    }
+    if (k->fd < 0)
+        return;
+    if (rc == TK_ECLOSED)
+        cl_conn_fail(k, "closed by the server (TLS close_notify)", now_us);
+    else
+        conn_fail_tls(k, rc, now_us);
+}
+
+static void conn_read_tls(struct cl_conn *k, uint64_t now_us)
+{
+    uint8_t buf[CL_TLS_RECV_SIZE];
+    while (k->fd >= 0) {
+        ssize_t n = recv(k->fd, buf, sizeof buf, 0);
+        if (n > 0) {
+            k->got_bytes = true;
+            conn_tls_input(k, buf, (size_t)n, now_us);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n == 0 && (k->state == CL_CONN_TLS || k->state == CL_CONN_BANNER)) {
+            /* Hung up before its banner: its TLS side may have refused us. */
+            conn_fail_tls(k, TK_ECLOSED, now_us);
+            return;
+        }
+        char why[128];
+        snprintf(why, sizeof why, "%s", n == 0 ? "closed by the server" : strerror(errno));
+        cl_conn_fail(k, why, now_us);
+        return;
+    }
+}
+
 static void conn_read(struct cl_conn *k, uint64_t now_us)
 {
+    if (k->tls != NULL) {
+        conn_read_tls(k, now_us);
+        return;
+    }
     while (k->fd >= 0) {
         ssize_t n = recv(k->fd, k->rbuf + k->rlen, CL_RBUF_SIZE - k->rlen, 0);
         if (n > 0) {
+            k->got_bytes = true;
             k->rlen += (size_t)n;
             conn_lines(k, now_us);
             continue;
@@ -634,12 +925,21 @@ void cl_conn_event(struct cl_conn *k, uint32_t events, uint64_t now_us)
         }
         if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0)
             return;
-        k->state = CL_CONN_BANNER;
-        conn_arm(k, EPOLLIN);
+        conn_connected(k, now_us);
         return;
     }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
         conn_read(k, now_us);
     if (k->fd >= 0 && (events & EPOLLOUT))
         cl_conn_flush(k, now_us);
+}
+
+void cl_tls_thread_end(void)
+{
+#ifdef FP_ECC
+    /* wolfSSL keeps an ECC point cache per thread that only this frees: a
+     * client made and destroyed over and over would leak one per I/O
+     * thread. */
+    tk_tls_thread_done(); /* wolfSSL keeps a cache per thread */
+#endif
 }

@@ -1,7 +1,7 @@
 /* libticketing internals: the client object, its requests and connections,
  * shared by client.c (public calls, request pool), loop.c (the I/O thread:
- * timers, dispatch, outcomes), conn.c (one connection's life) and
- * resolve.c (host names).
+ * timers, dispatch, outcomes), conn.c (one connection's life, TLS
+ * included) and resolve.c (host names).
  *
  * Ownership. Fields under "shared" are guarded by client->mu and touched by
  * API threads and the I/O thread alike; everything under "I/O thread" is
@@ -21,6 +21,7 @@
 #include "core/auth.h"
 #include "core/proto.h"
 #include "core/tk.h"
+#include "core/tls.h"
 
 #define CL_ADDRS_MAX 8 /* configured addresses */
 #define CL_EXTRA_MAX 4 /* connections to M-hinted addresses not configured */
@@ -33,6 +34,9 @@
 #define CL_WBUF_SIZE (CL_WBUF_HIGH + 2 * TK_LINE_MAX)
 #define CL_PROBE_ID 0 /* the wire id of the probe ping; requests start at 1 */
 #define CL_ZOMBIE_LINGER_US (30u * 1000000u)
+#define CL_ERR_MAX 512         /* tk_client_last_error()'s sentence */
+#define CL_TLS_RECV_SIZE 16384 /* ciphertext read per recv() */
+#define CL_TLS_WRITE_MAX 16384 /* plaintext handed to TLS at once: one record */
 
 _Static_assert(CL_ADDR_TEXT_MAX <= sizeof(((struct tk_client_stats *)0)->leader_hint),
                "the leader hint fits in the stats");
@@ -87,6 +91,7 @@ enum cl_conn_state {
     CL_CONN_IDLE = 0,   /* waiting for next_attempt_us */
     CL_CONN_RESOLVING,  /* host name lookup on the resolver thread */
     CL_CONN_CONNECTING, /* non-blocking connect in progress */
+    CL_CONN_TLS,        /* TLS handshake in progress (tls_ca_file set) */
     CL_CONN_BANNER,     /* waiting for "TICKETING/1 <snonce>" */
     CL_CONN_AUTH,       /* AUTH sent, waiting for OK (or E - auth) */
     CL_CONN_PROBE,      /* server proof checked, "P 0" sent: an M may still come */
@@ -113,6 +118,17 @@ struct cl_conn {
     char snonce[TK_AUTH_HEX_LEN + 1];
     char cnonce[TK_AUTH_HEX_LEN + 1];
     uint64_t probe_sent_us;
+    /* TLS (NULL: plaintext): made at TCP connect, freed at teardown. Bytes
+     * from the socket go in as ciphertext; rbuf receives the plaintext.
+     * wbuf holds plaintext that TLS has not taken yet, so "written" below
+     * means "handed to TLS" (which happens only once the ciphertext before
+     * it has left): a request is never believed unsent when it may have
+     * left. */
+    struct tk_tls *tls;
+    bool tls_seen;    /* the first byte of this attempt was looked at */
+    bool tls_refused; /* the last attempt failed on certificates or met a
+                         plaintext server: a configuration error */
+    bool got_bytes;   /* this attempt received something (timeout hint) */
     /* input */
     char *rbuf;
     size_t rlen;
@@ -149,6 +165,10 @@ struct tk_client {
     uint8_t secret[TK_AUTH_SECRET_MAX];
     size_t secret_len;
     uint32_t pool_cap;
+    struct tk_tls_ctx *tls_ctx;            /* NULL: plaintext */
+    char tls_server_name[CL_HOST_MAX + 1]; /* "" : the host dialled */
+    char tls_ca_file[256];                 /* for error messages */
+    bool tls_client_cert;                  /* a client certificate is configured */
     int efd; /* eventfd: API threads and the resolver wake the I/O thread */
     int epfd;
     pthread_t io_thread;
@@ -156,7 +176,8 @@ struct tk_client {
 
     /* ---- shared, under mu ---- */
     pthread_mutex_t mu;
-    pthread_cond_t ready_cond; /* connections_ready went above 0 */
+    pthread_cond_t ready_cond;   /* connections_ready went above 0 */
+    char last_error[CL_ERR_MAX]; /* tk_client_last_error() */
     struct cl_req **chunks;
     uint32_t nchunks;
     uint32_t pool_len; /* requests ever carved from chunks */
@@ -257,6 +278,8 @@ void cl_conn_event(struct cl_conn *k, uint32_t events, uint64_t now_us);
 void cl_conn_timer(struct cl_conn *k, uint64_t now_us);
 uint64_t cl_conn_next_timer(const struct cl_conn *k); /* UINT64_MAX if none */
 void cl_conn_fail(struct cl_conn *k, const char *why, uint64_t now_us);
+/* Every connection (not retired) failed its last attempt in TLS. */
+bool cl_conns_tls_refused(const struct tk_client *c);
 void cl_conn_retire(struct cl_conn *k, uint64_t now_us);
 bool cl_conn_has_room(const struct cl_conn *k);
 void cl_conn_queue(struct cl_conn *k, struct cl_req *r, uint64_t now_us);
@@ -264,6 +287,8 @@ void cl_conn_flush(struct cl_conn *k, uint64_t now_us);
 void cl_conn_neuter(struct cl_conn *k, struct cl_req *r);
 void cl_conn_drop_slot(struct cl_conn *k, struct cl_req *r);
 void cl_conn_lookup_done(struct cl_conn *k, const struct cl_lookup *l, uint64_t now_us);
+/* The I/O thread's TLS memory (wolfSSL's per-thread caches); called as it ends. */
+void cl_tls_thread_end(void);
 
 /* resolve.c */
 int cl_resolve_ask(struct tk_client *c, unsigned index, const char *host, const char *port);

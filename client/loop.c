@@ -169,11 +169,17 @@ void cl_decide(struct tk_client *c, struct cl_req *r, struct tk_client_result *r
     r->done(r->arg, res);
 }
 
-/* Decides r with a bare outcome; r holds no connection and is freed. */
-static void finish(struct tk_client *c, struct cl_req *r, enum tk_client_outcome o)
+/* Decides r with a bare outcome (and a reason word, or NULL); r holds no
+ * connection and is freed. */
+static void finish_why(struct tk_client *c,
+                       struct cl_req *r,
+                       enum tk_client_outcome o,
+                       const char *reason)
 {
     struct tk_client_result res = {.outcome = o};
     TK_ASSERT(r->wire == CL_WIRE_NONE);
+    if (reason != NULL)
+        snprintf(res.reason, sizeof res.reason, "%s", reason);
     if (r->type == 'R')
         res.token = r->token;
     if (r->pending) {
@@ -183,6 +189,11 @@ static void finish(struct tk_client *c, struct cl_req *r, enum tk_client_outcome
     cl_heap_remove(c, r);
     cl_decide(c, r, &res);
     cl_release_req(c, r);
+}
+
+static void finish(struct tk_client *c, struct cl_req *r, enum tk_client_outcome o)
+{
+    finish_why(c, r, o, NULL);
 }
 
 void cl_repend(struct tk_client *c, struct cl_req *r, bool front)
@@ -544,6 +555,19 @@ static void dispatch(struct tk_client *c, uint64_t now_us)
     }
 }
 
+/* Every connection's last attempt was refused in TLS (certificates, or a
+ * plaintext server): a configuration error that waiting will not fix. The
+ * acquires, queries and pings that no connection took end UNAVAILABLE
+ * "tls" now rather than at their budget; nothing of them was written.
+ * Releases keep their deadline: the release queue retries until it. */
+static void fail_tls_refused(struct tk_client *c)
+{
+    if (c->pending.head == NULL || !cl_conns_tls_refused(c))
+        return;
+    while (c->pending.head != NULL)
+        finish_why(c, c->pending.head, TK_CLIENT_UNAVAILABLE, "tls");
+}
+
 static void drain_begin(struct tk_client *c, uint64_t now_us)
 {
     c->draining = true;
@@ -682,6 +706,7 @@ void *cl_io_main(void *arg)
     for (;;) {
         run_timers(c, now);
         dispatch(c, now);
+        fail_tls_refused(c);
         for (unsigned i = 0; i < c->nconns; i++)
             cl_conn_flush(c->conns[i], now);
         cl_pool_return(c);
@@ -702,5 +727,6 @@ void *cl_io_main(void *arg)
             drain_inbox(c, now);
     }
     final_sweep(c, now);
+    cl_tls_thread_end();
     return NULL;
 }

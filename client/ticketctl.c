@@ -53,6 +53,15 @@ static void usage(FILE *f)
         "  --peer-secret-file PATH           peer secret, for remove-member\n"
         "                                    (env TICKETING_PEER_SECRET_FILE)\n"
         "  --owner NAME                      owner (env TICKETING_OWNER; default unique)\n"
+        "  --tls-ca FILE                     TLS: the CA that signed the servers' certificates;\n"
+        "                                    turns TLS on (env TICKETING_TLS_CA)\n"
+        "  --tls-cert FILE --tls-key FILE    TLS: our client certificate and key, for servers\n"
+        "                                    that require one (env TICKETING_TLS_CERT,\n"
+        "                                    TICKETING_TLS_KEY)\n"
+        "  --tls-server-name NAME            TLS: the name the servers' certificates must hold\n"
+        "                                    (default: each --addr host; env\n"
+        "                                    TICKETING_TLS_SERVER_NAME). TLS is for the client\n"
+        "                                    port: run, acquire, release, query, ping\n"
         "  --lease D  --wait D               durations: 500ms, 30s, 2m (0 needs no unit)\n"
         "  --timeout D                       budget of query, ping and each /status read\n"
         "                                    of status/members, and the whole of\n"
@@ -61,13 +70,13 @@ static void usage(FILE *f)
         "  --json                            machine-readable output\n"
         "  -v, --verbose                     log connection events to stderr\n"
         "\n"
-        "exit codes: 0 ok (run: the command's own code), 64 usage, 80 busy, 81 timeout,\n"
-        "  82 indeterminate (do not assume the lock is held or free; remove-member: sent,\n"
-        "  unanswered), 83 unavailable (status: no member answered; members,\n"
-        "  remove-member: no leader known or it did not answer), 84 invalid\n"
-        "  (remove-member: refused, the member is alive or the last voter), 85 lease\n"
-        "  lost during run, 86 release: not held, 87 release: unconfirmed, 1 other\n"
-        "  failure (remove-member: the peer secret was rejected).\n",
+        "exit codes: 0 ok (run: the command's own code), 64 usage (also an unusable\n"
+        "  secret or TLS file), 80 busy, 81 timeout, 82 indeterminate (do not assume the\n"
+        "  lock is held or free; remove-member: sent, unanswered), 83 unavailable\n"
+        "  (status: no member answered; members, remove-member: no leader known or it\n"
+        "  did not answer), 84 invalid (remove-member: refused, the member is alive or\n"
+        "  the last voter), 85 lease lost during run, 86 release: not held, 87 release:\n"
+        "  unconfirmed, 1 other failure (remove-member: the peer secret was rejected).\n",
         f);
 }
 
@@ -126,6 +135,14 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
         o->peer_secret_file = val;
     else if (!strcmp(name, "--owner"))
         o->owner = val;
+    else if (!strcmp(name, "--tls-ca"))
+        o->tls_ca = val;
+    else if (!strcmp(name, "--tls-cert"))
+        o->tls_cert = val;
+    else if (!strcmp(name, "--tls-key"))
+        o->tls_key = val;
+    else if (!strcmp(name, "--tls-server-name"))
+        o->tls_server_name = val;
     else if (!strcmp(name, "--token")) {
         if (!ctl_parse_u64(val, &o->token) || o->token == 0)
             return ctl_die_usage("bad --token '%s'", val);
@@ -150,8 +167,9 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
 static bool flag_takes_value(const char *name)
 {
     static const char *const with[] = {
-        "--addr",  "--secret-file", "--peer-secret-file", "--owner", "--token", "--count",
-        "--lease", "--wait",        "--timeout",          "--grace"};
+        "--addr",    "--secret-file",    "--peer-secret-file", "--owner", "--token",  "--count",
+        "--lease",   "--wait",           "--timeout",          "--grace", "--tls-ca", "--tls-cert",
+        "--tls-key", "--tls-server-name"};
     for (size_t i = 0; i < sizeof with / sizeof with[0]; i++)
         if (!strcmp(name, with[i]))
             return true;
@@ -219,20 +237,70 @@ static void log_stderr(void *arg, int level, const char *message)
     fprintf(stderr, "ticketctl: %s: %s\n", names[level < 0 || level > 3 ? 3 : level], message);
 }
 
+/* The library names its config fields in its sentences; ticketctl's users
+ * know the flags. Rewrites s in place (cap bytes). */
+static void flag_names(char *s, size_t cap)
+{
+    static const char *const map[][2] = {{"tls_cert_file", "--tls-cert"},
+                                         {"tls_key_file", "--tls-key"},
+                                         {"tls_ca_file", "--tls-ca"},
+                                         {"tls_server_name", "--tls-server-name"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        char *p;
+        size_t from = strlen(map[i][0]), to = strlen(map[i][1]);
+        while ((p = strstr(s, map[i][0])) != NULL) {
+            size_t tail = strlen(p + from) + 1;
+            if ((size_t)(p - s) + to + tail > cap)
+                break;
+            memmove(p + to, p + from, tail);
+            memcpy(p, map[i][1], to);
+        }
+    }
+}
+
+/* The most recent connection failure, for the one line that reports an
+ * UNAVAILABLE outcome (a TLS refusal, a refused connect...). */
+static struct tk_client *ctl_client;
+
 static int make_client(const struct ctl_opts *o, struct tk_client **c)
 {
+    /* Said in flag names here; the library would say its field names. */
+    if ((o->tls_cert == NULL) != (o->tls_key == NULL)) {
+        fprintf(stderr, "ticketctl: TLS: --tls-cert and --tls-key go together (%s is missing)\n",
+                o->tls_cert ? "--tls-key" : "--tls-cert");
+        return CTL_EXIT_USAGE;
+    }
+    if (o->tls_ca == NULL && (o->tls_cert || o->tls_server_name)) {
+        fprintf(stderr,
+                "ticketctl: TLS: --tls-ca is needed with --tls-cert or --tls-server-name "
+                "(without it the connection would be plaintext)\n");
+        return CTL_EXIT_USAGE;
+    }
     struct tk_client_config cfg;
     tk_client_config_init(&cfg);
     cfg.addrs = o->addr;
     cfg.secret_file = o->secret_file;
     cfg.owner = o->owner;
+    cfg.tls_ca_file = o->tls_ca;
+    cfg.tls_cert_file = o->tls_cert;
+    cfg.tls_key_file = o->tls_key;
+    cfg.tls_server_name = o->tls_server_name;
     cfg.request_timeout_ms = (uint32_t)o->timeout_ms;
     cfg.response_grace_ms = (uint32_t)o->grace_ms;
     if (o->verbose)
         cfg.log = log_stderr;
     int rc = tk_client_create(&cfg, c);
-    if (rc == TK_CLIENT_ENONE)
+    if (rc == TK_CLIENT_ENONE) {
+        ctl_client = *c;
         return 0;
+    }
+    if (rc == TK_CLIENT_ETLS) {
+        char why[512];
+        tk_client_tls_check(&cfg, why, sizeof why);
+        flag_names(why, sizeof why);
+        fprintf(stderr, "ticketctl: TLS: %s\n", why);
+        return CTL_EXIT_USAGE;
+    }
     if (rc == TK_CLIENT_ESECRET)
         return ctl_die_usage("cannot use the secret file '%s' (readable, 16-4096 bytes?)",
                              o->secret_file);
@@ -291,18 +359,64 @@ static const char *outcome_text(enum tk_client_outcome o)
     }
 }
 
-/* Prints a failed outcome (human: stderr; JSON: stdout) and returns its exit code. */
+/* s as the inside of a JSON string (quotes, backslashes and controls escaped). */
+static void json_escape(const char *s, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (; *s && n + 7 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)ch;
+        } else if (ch < 0x20) {
+            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", ch);
+        } else {
+            out[n++] = (char)ch;
+        }
+    }
+    out[n] = '\0';
+}
+
+/* Prints a failed outcome (human: stderr; JSON: stdout) and returns its exit code.
+ * UNAVAILABLE says why no connection could take the request (the last
+ * connection failure, e.g. a TLS refusal), on the same line. */
 static int report_failure(const struct ctl_opts *o, const struct tk_client_result *r)
 {
-    const char *key = o->key ? o->key : "";
-    if (o->json)
-        printf("{\"outcome\":\"%s\",\"key\":\"%s\",\"reason\":\"%s\"}\n",
+    const char *key = o->key ? o->key : "", *sep = *key ? ": " : "";
+    const char *label = "last connection error: ";
+    char cause[512] = "", reason[48] = "";
+    if (r->outcome == TK_CLIENT_UNAVAILABLE && ctl_client != NULL) {
+        struct tk_client_stats st;
+        tk_client_stats(ctl_client, &st);
+        if (tk_client_last_error(ctl_client, cause, sizeof cause) > 0) {
+            flag_names(cause, sizeof cause);
+        } else if (st.handshakes == 0) {
+            /* Connected, yet no banner: a TLS port waits for our hello
+             * as we wait for its banner, until one side gives up. */
+            snprintf(cause, sizeof cause, "no server completed a handshake in time%s",
+                     o->tls_ca ? "" : " (a TLS port? then give --tls-ca)");
+            label = "";
+        }
+    }
+    if (r->reason[0])
+        snprintf(reason, sizeof reason, " (reason: %s)", r->reason);
+    if (o->json) {
+        char esc[3 * sizeof cause];
+        json_escape(cause, esc, sizeof esc);
+        printf("{\"outcome\":\"%s\",\"key\":\"%s\",\"reason\":\"%s\"",
                tk_client_outcome_str(r->outcome), key, r->reason);
-    else if (r->reason[0])
-        fprintf(stderr, "ticketctl: %s%s%s (reason: %s)\n", key, *key ? ": " : "",
-                outcome_text(r->outcome), r->reason);
-    else
-        fprintf(stderr, "ticketctl: %s%s%s\n", key, *key ? ": " : "", outcome_text(r->outcome));
+        if (cause[0])
+            printf(",\"error\":\"%s\"", esc);
+        printf("}\n");
+    } else if (cause[0] && !strcmp(r->reason, "tls")) {
+        fprintf(stderr, "ticketctl: %s%sunavailable: TLS refused; nothing was sent: %s\n", key, sep,
+                cause);
+    } else if (cause[0]) {
+        fprintf(stderr, "ticketctl: %s%s%s%s; %s%s\n", key, sep, outcome_text(r->outcome), reason,
+                label, cause);
+    } else {
+        fprintf(stderr, "ticketctl: %s%s%s%s\n", key, sep, outcome_text(r->outcome), reason);
+    }
     return outcome_exit(r->outcome);
 }
 
@@ -578,6 +692,14 @@ int main(int argc, char **argv)
         o.peer_secret_file = getenv("TICKETING_PEER_SECRET_FILE");
     if (o.owner == NULL)
         o.owner = getenv("TICKETING_OWNER");
+    if (o.tls_ca == NULL)
+        o.tls_ca = getenv("TICKETING_TLS_CA");
+    if (o.tls_cert == NULL)
+        o.tls_cert = getenv("TICKETING_TLS_CERT");
+    if (o.tls_key == NULL)
+        o.tls_key = getenv("TICKETING_TLS_KEY");
+    if (o.tls_server_name == NULL)
+        o.tls_server_name = getenv("TICKETING_TLS_SERVER_NAME");
     if (o.cmd == NULL) {
         usage(stderr);
         return CTL_EXIT_USAGE;

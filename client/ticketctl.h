@@ -13,7 +13,8 @@ enum {
     CTL_EXIT_OK = 0,
     CTL_EXIT_FAIL = 1,           /* anything else (client not created; run: waitpid failed;
                                     remove-member: the peer secret was rejected) */
-    CTL_EXIT_USAGE = 64,         /* bad flags, missing --addr/--secret-file, bad secret */
+    CTL_EXIT_USAGE = 64,         /* bad flags, missing --addr/--secret-file, bad secret,
+                                    unusable TLS files */
     CTL_EXIT_BUSY = 80,          /* B: held and --wait 0, or a server bound */
     CTL_EXIT_TIMEOUT = 81,       /* T: --wait elapsed before our turn */
     CTL_EXIT_INDETERMINATE = 82, /* sent, no confirmed answer: the lock may be held */
@@ -31,6 +32,10 @@ struct ctl_opts {
     const char *secret_file;
     const char *peer_secret_file; /* remove-member */
     const char *owner;
+    const char *tls_ca; /* TLS for the client port (libticketing's tls_* fields) */
+    const char *tls_cert;
+    const char *tls_key;
+    const char *tls_server_name;
     bool json;
     bool verbose;
     bool have_token;

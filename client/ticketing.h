@@ -53,10 +53,16 @@ enum tk_client_error {
     TK_CLIENT_ENOMEM,       /* out of memory, or the client's request bound is reached */
     TK_CLIENT_EFULL,        /* the release queue is full (release_async only) */
     TK_CLIENT_ESECRET,      /* the secret file is unreadable, or the secret too short/long */
-    TK_CLIENT_EUNSUPPORTED, /* asked for something not built yet (TLS) */
+    TK_CLIENT_EUNSUPPORTED, /* no longer returned (it meant "TLS not built yet"); kept
+                               so that the values after it do not move */
     TK_CLIENT_ESYSTEM,      /* a system call failed (threads, epoll, eventfd) */
     TK_CLIENT_ESHUTDOWN,    /* tk_client_destroy() has begun */
     TK_CLIENT_ENOTFOUND,    /* tk_client_cancel(): no such request in progress */
+    TK_CLIENT_ETLS,         /* the TLS settings cannot work: a file unreadable or not PEM,
+                               a key that does not match its certificate, an expired
+                               certificate, a certificate without its key (or the reverse),
+                               TLS fields without tls_ca_file. tk_client_tls_check() says
+                               which, in a sentence */
 };
 TK_CLIENT_API const char *tk_client_strerror(int err);
 
@@ -107,7 +113,9 @@ struct tk_client_result {
     /* INVALID: the reason word ("key", "owner", "lease", "wait", "token",
      * "syntax", ...; "thread" for a blocking call from a callback). A
      * blocking call refused locally also names its cause here: UNAVAILABLE
-     * "requests_max", CANCELLED "shutdown". Empty otherwise. */
+     * "requests_max", CANCELLED "shutdown". UNAVAILABLE "tls": decided
+     * early because every connection's last attempt failed in TLS (see
+     * tk_client_last_error()). Empty otherwise. */
     char reason[16];
     /* ANSWERED query: held is false when the key is free; owner is the
      * holder (NUL-terminated), waiters the queue length. */
@@ -139,7 +147,7 @@ struct tk_client_config {
     /* This client's owner name (1-64 bytes, 0x21-0x7E). NULL: a unique one
      * is made from the host name, the pid and random bits. */
     const char *owner;
-    /* How long one connection attempt (TCP connect + handshake) may take.
+    /* How long one connection attempt (TCP connect + TLS + handshake) may take.
      * Default 5000 ms. */
     uint32_t connect_timeout_ms;
     /* After an acquire was written, the client waits for its answer until
@@ -166,10 +174,24 @@ struct tk_client_config {
      * 3200 ms. */
     uint32_t backoff_min_ms;
     uint32_t backoff_max_ms;
-    /* TLS material (PEM files) and the server name to verify. Used once the
-     * server has TLS; until then setting any of them makes tk_client_create()
-     * fail with TK_CLIENT_EUNSUPPORTED, so that nobody believes a plaintext
-     * connection is encrypted. */
+    /* TLS (docs/operations.md, "TLS"). With tls_ca_file set, every
+     * connection is TCP, then TLS (1.2 or 1.3), then the handshake of SPEC 2
+     * inside it. The server's certificate must chain to tls_ca_file and name
+     * tls_server_name, or else the host of the address dialled (a host name
+     * against its DNS names, an IP literal against its IP addresses; an M
+     * hint's address is checked the same way). tls_cert_file and
+     * tls_key_file (both or neither) are this client's certificate, for
+     * servers that require one. NULL: plaintext TCP. Setting any of the
+     * other three without tls_ca_file is refused (TK_CLIENT_ETLS), so that
+     * nobody believes a plaintext connection is encrypted.
+     *
+     * A connection whose TLS handshake fails on the certificates (not
+     * signed by the CA, wrong name, expired, a client certificate refused)
+     * or that meets a plaintext server is a configuration error: it is
+     * retried only every backoff_max_ms, and while every connection's last
+     * attempt failed that way, requests not yet written end UNAVAILABLE at
+     * once with reason "tls" instead of waiting out their budget.
+     * tk_client_last_error() names the cause. */
     const char *tls_ca_file;
     const char *tls_cert_file;
     const char *tls_key_file;
@@ -188,9 +210,18 @@ struct tk_client;
 
 /* Creates a client and starts its I/O thread, which begins connecting at
  * once; the call does not wait for a connection. Returns TK_CLIENT_ENONE and
- * *out, or an error (EINVAL: bad addrs, owner or field; ESECRET; EUNSUPPORTED:
- * TLS asked for; ENOMEM; ESYSTEM). */
+ * *out, or an error (EINVAL: bad addrs, owner or field; ESECRET; ETLS: the
+ * TLS files or fields cannot work, see tk_client_tls_check(); ENOMEM;
+ * ESYSTEM). */
 TK_CLIENT_API int tk_client_create(const struct tk_client_config *cfg, struct tk_client **out);
+
+/* Checks cfg's TLS fields the way tk_client_create() does: the files are
+ * read and parsed, the key must match the certificate, no certificate may
+ * be expired. Returns TK_CLIENT_ENONE (also when TLS is not configured), or
+ * TK_CLIENT_ETLS with a NUL-terminated sentence naming the file and the
+ * problem in err (cut to cap bytes; err may be NULL when cap is 0).
+ * Needs no client; any thread. */
+TK_CLIENT_API int tk_client_tls_check(const struct tk_client_config *cfg, char *err, size_t cap);
 
 /* Stops the client. Acquires, queries and pings not yet decided complete
  * with CANCELLED at once. Releases already queued (explicit ones and
@@ -290,6 +321,15 @@ TK_CLIENT_API int tk_client_ping_async(struct tk_client *c,
 TK_CLIENT_API int tk_client_cancel(struct tk_client *c, uint64_t handle);
 
 /* ---- introspection ----------------------------------------------------- */
+
+/* The most recent connection failure, as one sentence that starts with the
+ * address, e.g. "127.0.0.1:7400: TLS handshake failed: the peer's
+ * certificate is not signed by our CA (...)" or "db1:7400: connect:
+ * Connection refused". Copied NUL-terminated into buf (cut to cap bytes);
+ * returns its full length, 0 if no connection has failed yet. A later
+ * successful connection does not clear it (an M redirect is not a
+ * failure and does not set it). */
+TK_CLIENT_API size_t tk_client_last_error(struct tk_client *c, char *buf, size_t cap);
 
 struct tk_client_stats {
     uint32_t connections;       /* connection slots (configured, plus M-hinted) */

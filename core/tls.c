@@ -7,11 +7,13 @@
 
 #include <wolfssl/error-ssl.h>
 #include <wolfssl/ssl.h>
+#include <wolfssl/wolfcrypt/ecc.h>
 #include <wolfssl/wolfcrypt/error-crypt.h>
 #include <wolfssl/wolfio.h>
 
 #include "core/tls.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -281,8 +283,12 @@ struct tk_tls *tk_tls_new(struct tk_tls_ctx *c, const char *server_name)
     wolfSSL_SetIOReadCtx(t->ssl, t);
     wolfSSL_SetIOWriteCtx(t->ssl, t);
     if (!c->server && server_name && server_name[0]) {
-        wolfSSL_UseSNI(t->ssl, WOLFSSL_SNI_HOST_NAME, server_name,
-                       (unsigned short)strlen(server_name));
+        /* SNI carries host names only, never an IP literal (RFC 6066);
+         * the name check covers both (IP literals against IP SANs). */
+        struct in6_addr a;
+        if (inet_pton(AF_INET, server_name, &a) != 1 && inet_pton(AF_INET6, server_name, &a) != 1)
+            wolfSSL_UseSNI(t->ssl, WOLFSSL_SNI_HOST_NAME, server_name,
+                           (unsigned short)strlen(server_name));
         wolfSSL_check_domain_name(t->ssl, server_name);
     }
     tk_tls_ctx_ref(c);
@@ -310,9 +316,10 @@ int tk_tls_feed(struct tk_tls *t, const void *data, size_t len)
         return TK_OK;
     if (!t->seen_first) {
         t->seen_first = true;
-        /* A TLS peer opens with a handshake record; a line of text is a
-         * plaintext client on a TLS port. */
-        if (((const uint8_t *)data)[0] != TLS_RECORD_HANDSHAKE) {
+        /* A TLS client opens with a handshake record; a line of text is a
+         * plaintext client on a TLS port. (A server may open with an
+         * alert: the client side leaves the verdict to wolfSSL.) */
+        if (t->ctx->server && ((const uint8_t *)data)[0] != TLS_RECORD_HANDSHAKE) {
             fail(t, "a plaintext client on a TLS port (first byte 0x%02x, not a TLS record)",
                  ((const uint8_t *)data)[0]);
             return TK_EPROTO;
@@ -428,6 +435,13 @@ bool tk_tls_ready(const struct tk_tls *t)
 const char *tk_tls_error(const struct tk_tls *t)
 {
     return t->failed ? t->err : "";
+}
+
+void tk_tls_thread_done(void)
+{
+#ifdef FP_ECC
+    wc_ecc_fp_free();
+#endif
 }
 
 bool tk_tls_has_plaintext(const struct tk_tls *t)

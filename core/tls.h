@@ -26,11 +26,11 @@
 
 struct tk_tls_opts {
     bool server;
-    const char *cert;  /* PEM chain; required for a server, optional for a client */
-    const char *key;   /* PEM private key, with cert */
-    const char *ca;    /* PEM CA bundle: a client verifies the server with it; a
-                          server verifies client certificates with it */
-    bool verify_peer;  /* server: require a client certificate signed by ca */
+    const char *cert; /* PEM chain; required for a server, optional for a client */
+    const char *key;  /* PEM private key, with cert */
+    const char *ca;   /* PEM CA bundle: a client verifies the server with it; a
+                         server verifies client certificates with it */
+    bool verify_peer; /* server: require a client certificate signed by ca */
 };
 
 struct tk_tls_ctx;
@@ -67,6 +67,10 @@ const uint8_t *tk_tls_pending(const struct tk_tls *t, size_t *len);
 void tk_tls_sent(struct tk_tls *t, size_t n);
 
 bool tk_tls_ready(const struct tk_tls *t); /* handshake done */
+
+/* Frees what wolfSSL keeps per thread (its ECC fixed-point cache); a
+ * thread that used TLS calls it before it exits, else the cache leaks. */
+void tk_tls_thread_done(void);
 const char *tk_tls_error(const struct tk_tls *t);
 /* Plaintext held inside (decrypted, not yet read). */
 bool tk_tls_has_plaintext(const struct tk_tls *t);

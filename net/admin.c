@@ -122,14 +122,14 @@ static size_t render_status(struct tk_server *s, char *buf, size_t cap)
         snprintf(buf, cap,
                  "{\"node_id\":\"%016llx\",\"domain\":\"%016llx%016llx\",\"advertise\":\"%s\","
                  "\"workers\":%u,\"connections\":%llu,\"keys\":%llu,\"held\":%llu,\"waiters\":%llu,"
-                 "\"grants\":%llu,",
+                 "\"grants\":%llu,\"tls\":%s,",
                  (unsigned long long)s->node_id, (unsigned long long)atomic_load(&s->domain_hi),
                  (unsigned long long)atomic_load(&s->domain_lo), s->advertise, s->nworkers,
                  (unsigned long long)wstat_sum(s, TK_WSTAT_conns_open),
                  (unsigned long long)wstat_sum(s, TK_WSTAT_keys),
                  (unsigned long long)wstat_sum(s, TK_WSTAT_held),
                  (unsigned long long)wstat_sum(s, TK_WSTAT_waiters),
-                 (unsigned long long)wstat_sum(s, TK_WSTAT_grants));
+                 (unsigned long long)wstat_sum(s, TK_WSTAT_grants), s->tls ? "true" : "false");
     if (n < 0 || (size_t)n >= cap)
         return 0;
     size_t off = (size_t)n;

@@ -37,6 +37,8 @@ static const struct opt opts[] = {
     {"tls-cert", OPT_STR, O(tls_cert), S(tls_cert), 0, 0, "TLS certificate (PEM)"},
     {"tls-key", OPT_STR, O(tls_key), S(tls_key), 0, 0, "TLS private key (PEM)"},
     {"tls-ca", OPT_STR, O(tls_ca), S(tls_ca), 0, 0, "TLS CA bundle for peers/clients (PEM)"},
+    {"tls-client-auth", OPT_BOOL, O(tls_client_auth), 0, 0, 1,
+     "require client certificates signed by --tls-ca on the client port"},
     {"threads", OPT_U32, O(threads), 0, 1, 64, "worker threads (default: number of cores)"},
     {"heartbeat-ms", OPT_U32, O(heartbeat_ms), 0, 1, 10000, "Raft heartbeat (default 100)"},
     {"election-ms", OPT_U32, O(election_ms), 0, 10, 60000,
@@ -142,6 +144,29 @@ static void usage(void)
         printf("  --%-22s %s\n", opts[i].name, opts[i].help);
 }
 
+/* TLS flags that cannot work together are refused here, before any file
+ * is read: a half-configured TLS must never fall back to plaintext. */
+static int tls_check(const struct tk_options *o, char *err, size_t errlen)
+{
+    bool cert = o->tls_cert[0], key = o->tls_key[0];
+    const char *why = NULL;
+    if (cert != key)
+        why = "--tls-cert and --tls-key go together: give both or neither";
+    else if (o->tls_ca[0] && !cert)
+        why =
+            "--tls-ca needs --tls-cert and --tls-key (the client port speaks TLS only with a "
+            "certificate)";
+    else if (o->tls_client_auth && !cert)
+        why = "--tls-client-auth needs --tls-cert, --tls-key and --tls-ca";
+    else if (o->tls_client_auth && !o->tls_ca[0])
+        why = "--tls-client-auth needs --tls-ca (the CA that signs client certificates)";
+    if (why) {
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    return 0;
+}
+
 int tk_options_parse(struct tk_options *o, int argc, char **argv, char *err, size_t errlen)
 {
     defaults(o);
@@ -201,7 +226,7 @@ int tk_options_parse(struct tk_options *o, int argc, char **argv, char *err, siz
         snprintf(err, errlen, "--client-secret-file is required");
         return -1;
     }
-    return 0;
+    return tls_check(o, err, errlen);
 }
 
 int tk_addr_split(const char *addr, char *host, size_t hostlen, uint32_t *port)

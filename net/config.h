@@ -21,7 +21,8 @@ struct tk_options {
     char tls_cert[TK_PATH_MAX];
     char tls_key[TK_PATH_MAX];
     char tls_ca[TK_PATH_MAX];
-    uint32_t threads; /* 0: number of cores */
+    bool tls_client_auth; /* client port: require certificates signed by tls_ca */
+    uint32_t threads;     /* 0: number of cores */
     uint32_t heartbeat_ms;
     uint32_t election_ms; /* lower bound; the timeout is drawn in [ms, ms + 100] */
     bool force_new_domain;

@@ -1,15 +1,26 @@
-/* Client connections of a worker: accept, the handshake (SPEC 2), line
- * framing and parsing (SPEC 3-5), batched sends, pauses and closing.
+/* Client connections of a worker: accept, TLS when configured, the
+ * handshake (SPEC 2), line framing and parsing (SPEC 3-5), batched sends,
+ * pauses and closing.
  *
- * Connection life: accept -> banner -> AUTH checked -> OK (+ M and close
- * when not leader) -> request lines -> close. A connection's bytes pass
- * through conn_stream_out() and the copy in conn_on_recv(): the seam where
- * TLS (wolfSSL over memory buffers) will sit.
+ * Connection life: accept -> [TLS handshake] -> banner -> AUTH checked ->
+ * OK (+ M and close when not leader) -> request lines -> close. The
+ * handshake deadline runs from accept, so it covers TLS and AUTH alike.
+ *
+ * TLS (core/tls.h, wolfSSL over memory) sits where bytes meet the socket
+ * and nowhere else: received ciphertext goes to tk_tls_feed() and the
+ * plaintext tk_tls_read() yields is appended to c->in (tls_open); the
+ * plaintext a round wrote to c->out is encrypted in one tk_tls_write()
+ * when it moves to c->snd, together with any handshake messages waiting
+ * in tk_tls_pending() (tls_seal). The parser and the formatters see only
+ * plaintext. The banner is written at accept as without TLS; core/tls
+ * holds it until the TLS handshake is done. Without TLS both steps are
+ * skipped and the bytes take the same path as ever.
  *
  * Closing: no more input is parsed, pending output is still sent, then the
  * multishot recv is cancelled and the slot is freed once the kernel holds
  * no reference to it (no recv, send or cancel outstanding).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -26,6 +37,8 @@
 #define IN_PAUSE_BYTES 65536         /* paused connection: stop receiving beyond this */
 #define IN_CAP_MAX (1u << 20)        /* a paused connection's input never exceeds this */
 #define OUT_PAUSE_BYTES (256u << 10) /* unsent output that pauses reading */
+#define TLS_READ_CHUNK 16384u        /* room made in c->in per tk_tls_read (one record) */
+#define TLS_LOG_PER_SEC 10           /* TLS failure lines per worker and second */
 
 static void buf_reserve(struct buf *b, uint32_t extra)
 {
@@ -44,6 +57,30 @@ static void buf_free(struct buf *b)
 {
     free(b->p);
     memset(b, 0, sizeof(*b));
+}
+
+/* Ciphertext waiting in the connection's TLS state (0 without TLS). */
+static size_t tls_pending_len(const struct conn *c)
+{
+    size_t n = 0;
+    if (c->tls)
+        tk_tls_pending(c->tls, &n);
+    return n;
+}
+
+/* Output not yet handed to the kernel, plaintext or ciphertext. */
+static bool conn_has_output(const struct conn *c)
+{
+    return c->out.len > 0 || tls_pending_len(c) > 0;
+}
+
+/* The peer is gone (or the stream broke): what was left to say is dropped. */
+static void conn_drop_output(struct conn *c)
+{
+    c->out.len = 0;
+    size_t n = tls_pending_len(c);
+    if (n)
+        tk_tls_sent(c->tls, n);
 }
 
 static void arm_recv(struct tk_worker *w, struct conn *c)
@@ -133,6 +170,8 @@ static void conn_free_slot(struct tk_worker *w, struct conn *c)
     buf_free(&c->in);
     buf_free(&c->out);
     buf_free(&c->snd);
+    tk_tls_free(c->tls); /* drops its reference to the context it began with */
+    c->tls = NULL;
     c->state = CONN_FREE;
     c->gen++;
     if (c->gen == 0)
@@ -147,7 +186,7 @@ static void conn_maybe_release(struct tk_worker *w, struct conn *c)
 {
     if (c->state != CONN_CLOSING || c->send_inflight || c->dirty)
         return;
-    if (c->out.len == 0 && c->recv_armed) {
+    if (!conn_has_output(c) && c->recv_armed) {
         /* Everything said: stop the multishot recv; its final CQE releases. */
         shutdown(c->fd, SHUT_RDWR);
         cancel_recv(w, c);
@@ -175,7 +214,7 @@ void conn_close(struct tk_worker *w, struct conn *c)
     c->in.len = 0;
     if (was_ready)
         tk_shard_client_closed(w->shard, tk_client_ref(w->idx, c->slot, c->gen));
-    if (c->out.len == 0)
+    if (!conn_has_output(c))
         cancel_recv(w, c);
     mark_dirty(w, c); /* flush decides when to release */
 }
@@ -194,6 +233,148 @@ void conn_moved(struct tk_worker *w, struct conn *c)
     conn_stream_out(w, c, line, n);
     w->stat[TK_WSTAT_moved]++;
     conn_close(w, c);
+}
+
+/* ---- TLS ----------------------------------------------------------------- */
+
+struct tk_tls_ctx *tk_server_tls_ctx(struct tk_server *s)
+{
+    if (!s->tls)
+        return NULL;
+    /* Under the lock, so a reload cannot release the context between the
+     * load of the pointer and the new reference. */
+    pthread_mutex_lock(&s->tls_lock);
+    struct tk_tls_ctx *ctx = s->tls_ctx;
+    TK_ASSERT(ctx != NULL);
+    tk_tls_ctx_ref(ctx);
+    pthread_mutex_unlock(&s->tls_lock);
+    return ctx;
+}
+
+void conn_tls_thread_end(void)
+{
+#ifdef FP_ECC
+    /* wolfSSL keeps an ECC point cache per thread, filled by the TLS
+     * handshakes this worker ran, that only this frees. */
+    tk_tls_thread_done();
+#endif
+}
+
+/* "host:port" of the connection's peer, for log lines. */
+static const char *peer_name(int fd, char *buf, size_t cap)
+{
+    struct sockaddr_storage a;
+    socklen_t len = sizeof(a);
+    char host[INET6_ADDRSTRLEN];
+    if (getpeername(fd, (struct sockaddr *)&a, &len) != 0) {
+        snprintf(buf, cap, "an unknown address");
+    } else if (a.ss_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)&a;
+        inet_ntop(AF_INET, &v4->sin_addr, host, sizeof(host));
+        snprintf(buf, cap, "%s:%u", host, ntohs(v4->sin_port));
+    } else if (a.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&a;
+        inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
+        snprintf(buf, cap, "[%s]:%u", host, ntohs(v6->sin6_port));
+    } else {
+        snprintf(buf, cap, "an address of family %d", a.ss_family);
+    }
+    return buf;
+}
+
+/* The connection's TLS failed (a bad or missing client certificate, a
+ * plaintext client, a corrupt record): close it, sending only what TLS
+ * itself has pending (an alert). Counted always, logged at most
+ * TLS_LOG_PER_SEC times a second per worker. */
+static void tls_failed(struct tk_worker *w, struct conn *c)
+{
+    c->out.len = 0; /* plaintext can no longer be sent */
+    if (c->state != CONN_HANDSHAKE && c->state != CONN_READY)
+        return;
+    w->stat[TK_WSTAT_tls_failures]++;
+    if (w->now_us - w->tls_log_window_us >= 1000000u) {
+        if (w->tls_unlogged)
+            tk_log(TK_LOG_WARN, "TLS: %u more failed client connections were not logged",
+                   w->tls_unlogged);
+        w->tls_log_window_us = w->now_us;
+        w->tls_logged = 0;
+        w->tls_unlogged = 0;
+    }
+    if (w->tls_logged < TLS_LOG_PER_SEC) {
+        char peer[INET6_ADDRSTRLEN + 16];
+        tk_log(TK_LOG_WARN, "TLS: client %s closed: %s", peer_name(c->fd, peer, sizeof(peer)),
+               tk_tls_error(c->tls));
+        w->tls_logged++;
+    } else {
+        w->tls_unlogged++;
+    }
+    conn_close(w, c);
+}
+
+/* Gives a new connection its TLS state, on the current context. */
+static int tls_start(struct tk_worker *w, struct conn *c)
+{
+    TK_ASSERT(c->tls == NULL);
+    struct tk_tls_ctx *ctx = tk_server_tls_ctx(w->s);
+    c->tls = tk_tls_new(ctx, NULL); /* takes a reference of its own */
+    tk_tls_ctx_unref(ctx);
+    return c->tls ? TK_OK : TK_ENOMEM;
+}
+
+/* Received ciphertext in; every byte of plaintext it completes out into
+ * c->in, so nothing waits inside TLS for a recv that a pause may stop.
+ * c->in is bounded as on the plaintext path (IN_CAP_MAX, overshot by one
+ * record at most before the overload error). Handshake messages (and
+ * alerts) the input produced are flushed at the end of the round. */
+static void tls_open(struct tk_worker *w, struct conn *c, const char *data, size_t n)
+{
+    int rc = tk_tls_feed(c->tls, data, n);
+    while (rc == TK_OK) {
+        if (c->in.len > IN_CAP_MAX) {
+            conn_error(w, c, TK_REASON_OVERLOAD);
+            break;
+        }
+        buf_reserve(&c->in, TLS_READ_CHUNK);
+        size_t got = 0;
+        rc = tk_tls_read(c->tls, c->in.p + c->in.len, c->in.cap - c->in.len, &got);
+        if (got == 0)
+            break;
+        c->in.len += (uint32_t)got;
+    }
+    if (rc == TK_ECLOSED) { /* close_notify: as an end of stream */
+        conn_close(w, c);
+        conn_drop_output(c);
+    } else if (rc != TK_OK) {
+        tls_failed(w, c);
+    }
+    if (tls_pending_len(c) > 0)
+        mark_dirty(w, c);
+}
+
+/* Moves output to c->snd, which is empty: the round's plaintext is
+ * encrypted in one call (records of up to 16 KiB rather than one per
+ * line), then all ciphertext pending is taken, handshake messages
+ * included. A copy, because TLS appends to its buffer while a send of
+ * the previous bytes is still in flight. */
+static void tls_seal(struct tk_worker *w, struct conn *c)
+{
+    TK_ASSERT(c->snd.len == 0);
+    if (c->out.len > 0) {
+        uint32_t len = c->out.len;
+        c->out.len = 0;
+        if (tk_tls_write(c->tls, c->out.p, len) != TK_OK)
+            tls_failed(w, c);
+    }
+    size_t n;
+    const uint8_t *p = tk_tls_pending(c->tls, &n);
+    if (n == 0)
+        return;
+    TK_ASSERT(n < UINT32_MAX / 2);
+    buf_reserve(&c->snd, (uint32_t)n);
+    memcpy(c->snd.p, p, n);
+    c->snd.len = (uint32_t)n;
+    c->snd_off = 0;
+    tk_tls_sent(c->tls, n);
 }
 
 static bool conn_paused(const struct tk_worker *w, const struct conn *c)
@@ -281,6 +462,11 @@ void conn_on_accept(struct tk_worker *w, int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     w->stat[TK_WSTAT_conns_accepted]++;
     w->stat[TK_WSTAT_conns_open]++;
+    if (s->tls && tls_start(w, c) != TK_OK) {
+        tk_log(TK_LOG_ERROR, "out of memory for a TLS connection; refusing it");
+        conn_close(w, c);
+        return;
+    }
     if (tk_auth_nonce(c->snonce) != TK_OK) {
         tk_log(TK_LOG_ERROR, "CSPRNG failed; refusing connection");
         conn_close(w, c);
@@ -472,7 +658,9 @@ void conn_on_recv(struct tk_worker *w, struct conn *c, struct io_uring_cqe *cqe)
         uint32_t bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
         TK_ASSERT(bid < TK_WORKER_BUF_COUNT);
         char *data = w->bufs + (size_t)bid * TK_WORKER_BUF_SIZE;
-        if (c->state == CONN_HANDSHAKE || c->state == CONN_READY) {
+        if (c->tls && (c->state == CONN_HANDSHAKE || c->state == CONN_READY)) {
+            tls_open(w, c, data, (size_t)cqe->res);
+        } else if (c->state == CONN_HANDSHAKE || c->state == CONN_READY) {
             if (c->in.len + (uint32_t)cqe->res > IN_CAP_MAX) {
                 conn_error(w, c, TK_REASON_OVERLOAD);
             } else {
@@ -488,7 +676,7 @@ void conn_on_recv(struct tk_worker *w, struct conn *c, struct io_uring_cqe *cqe)
     } else if (cqe->res == 0 || (cqe->res < 0 && cqe->res != -ENOBUFS && cqe->res != -ECANCELED)) {
         /* End of stream or a socket error: the client is gone. */
         conn_close(w, c);
-        c->out.len = 0; /* nobody will read it */
+        conn_drop_output(c); /* nobody will read it */
     }
     if (!c->recv_armed) {
         if ((c->state == CONN_HANDSHAKE || c->state == CONN_READY) && !c->recv_stopped)
@@ -508,7 +696,7 @@ void conn_on_poll(struct tk_worker *w, struct conn *c, int res)
     if (res > 0 && c->state == CONN_READY) {
         /* The client is gone: drop its waiters now, as at end of stream. */
         conn_close(w, c);
-        c->out.len = 0;
+        conn_drop_output(c);
     }
     conn_maybe_release(w, c);
     watch_paused(w, c);
@@ -520,7 +708,7 @@ void conn_on_send(struct tk_worker *w, struct conn *c, int res)
     if (res < 0) {
         c->snd.len = 0;
         c->snd_off = 0;
-        c->out.len = 0;
+        conn_drop_output(c);
         conn_close(w, c);
         conn_maybe_release(w, c);
         return;
@@ -543,7 +731,9 @@ static void flush_conn(struct tk_worker *w, struct conn *c)
     if (c->state == CONN_FREE)
         return;
     if (!c->send_inflight) {
-        if (c->snd.len == 0 && c->out.len > 0) {
+        if (c->snd.len == 0 && c->tls) {
+            tls_seal(w, c);
+        } else if (c->snd.len == 0 && c->out.len > 0) {
             struct buf t = c->snd;
             c->snd = c->out;
             c->out = t;
@@ -635,6 +825,7 @@ void conn_free_all(struct tk_worker *w)
         buf_free(&c->in);
         buf_free(&c->out);
         buf_free(&c->snd);
+        tk_tls_free(c->tls);
         free(c);
         w->conns[i] = NULL;
     }

@@ -12,6 +12,7 @@
 #ifndef TK_NET_SERVER_H
 #define TK_NET_SERVER_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "core/cmd.h"
@@ -20,7 +21,6 @@
 #include "net/ring.h"
 
 #define TK_WORKERS_MAX 64
-#define TK_RING_BYTES (1u << 20)
 
 /* Counters a worker publishes for /metrics (relaxed atomics). */
 #define TK_WSTAT_MAP(X)                                                                           \
@@ -29,6 +29,7 @@
     X(conns_rejected, counter, "connections refused by the connection bound")                     \
     X(accept_errors, counter, "client accept errors (EMFILE and the like; retried with backoff)") \
     X(auth_failures, counter, "failed handshakes")                                                \
+    X(tls_failures, counter, "client connections closed by a TLS failure (handshake or record)")  \
     X(handshaking, gauge, "client connections still in the handshake")                            \
     X(handshakes_evicted, counter, "unauthenticated connections closed to admit a newer one")     \
     X(handshake_timeouts, counter, "handshakes not finished in time")                             \
@@ -66,6 +67,7 @@ enum { TK_WSTAT_MAP(TK_WSTAT_ENUM) TK_WSTAT_COUNT };
 
 struct tk_worker;
 struct tk_raftd;
+struct tk_tls_ctx;
 
 struct tk_server {
     struct tk_options opt;
@@ -75,6 +77,15 @@ struct tk_server {
     size_t peer_secret_len;
     uint64_t node_id;
     char advertise[TK_ADDR_MAX];
+
+    /* TLS on the client port: tls is fixed before the threads start. The
+     * context is swapped by a reload (SIGHUP, main thread) while workers
+     * take references to it at accept; tls_lock guards the pointer so a
+     * reference is never taken on a context the reload just released.
+     * Connections keep the context they started with. */
+    bool tls;
+    pthread_mutex_t tls_lock;
+    struct tk_tls_ctx *tls_ctx; /* guarded by tls_lock; NULL without TLS */
 
     uint32_t nworkers;
     struct tk_worker *workers[TK_WORKERS_MAX];
@@ -91,6 +102,11 @@ struct tk_server {
     _Atomic uint64_t progress_us[TK_WORKERS_MAX + 1];
     _Atomic uint64_t wstats[TK_WORKERS_MAX][TK_WSTAT_COUNT];
 };
+
+/* TLS (net/conn.c): the current client-port context with a reference
+ * the caller drops with tk_tls_ctx_unref(), or NULL without TLS. Any
+ * thread. */
+struct tk_tls_ctx *tk_server_tls_ctx(struct tk_server *s);
 
 /* Workers (net/worker.c). */
 int tk_worker_create(struct tk_server *s, uint32_t idx);

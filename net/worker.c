@@ -349,6 +349,7 @@ static void *worker_main(void *arg)
     io_uring_queue_exit(&w->ring);
     free(w->bufs);
     free(w->br);
+    conn_tls_thread_end();
     return NULL;
 }
 

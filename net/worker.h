@@ -9,6 +9,7 @@
 
 #include "core/auth.h"
 #include "core/proto.h"
+#include "core/tls.h"
 #include "net/server.h"
 #include "shard/shard.h"
 
@@ -41,10 +42,11 @@ struct conn {
     bool dirty;         /* on the worker's flush list */
     bool resume;        /* on the worker's resume list */
     uint32_t inflight;  /* requests without a reply yet */
+    struct tk_tls *tls; /* TLS on the client port, else NULL (net/conn.c) */
     char snonce[TK_AUTH_HEX_LEN + 1];
     struct buf in;  /* received plaintext, not yet parsed */
-    struct buf out; /* formatted output, not yet handed to the kernel */
-    struct buf snd; /* output being sent; snd_off bytes done */
+    struct buf out; /* formatted plaintext, not yet handed to the kernel (or TLS) */
+    struct buf snd; /* bytes being sent (ciphertext with TLS); snd_off bytes done */
     uint32_t snd_off;
     struct conn *next_dirty, *next_resume;
 };
@@ -90,6 +92,10 @@ struct tk_worker {
 
     uint64_t now_us;
     uint64_t stats_at;
+    /* TLS failures are logged at most TLS_LOG_PER_SEC a second (a scan of
+     * the port must not flood the log); the counter has them all. */
+    uint64_t tls_log_window_us;
+    uint32_t tls_logged, tls_unlogged;
     uint64_t stat[TK_WSTAT_COUNT];
 };
 
@@ -110,6 +116,8 @@ void conn_flush_sends(struct tk_worker *w);
 void conn_expire_handshakes(struct tk_worker *w);
 void conn_resume_all(struct tk_worker *w);
 void conn_free_all(struct tk_worker *w);
+/* Frees what TLS keeps per thread; the worker's last call. */
+void conn_tls_thread_end(void);
 struct io_uring_sqe *worker_sqe(struct tk_worker *w);
 
 #endif

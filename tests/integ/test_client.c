@@ -152,9 +152,12 @@ Test(client, create_refuses_bad_config)
     cfg.owner = "has space";
     cr_assert_eq(tk_client_create(&cfg, &c), TK_CLIENT_EINVAL);
     cfg.owner = NULL;
-    cfg.tls_ca_file = "/etc/ssl/ca.pem";
-    cr_assert_eq(tk_client_create(&cfg, &c), TK_CLIENT_EUNSUPPORTED,
-                 "TLS fields must not be silently ignored");
+    cfg.tls_ca_file = "/nonexistent/ca.pem";
+    cr_assert_eq(tk_client_create(&cfg, &c), TK_CLIENT_ETLS, "an unreadable CA file");
+    cfg.tls_ca_file = NULL;
+    cfg.tls_server_name = "localhost";
+    cr_assert_eq(tk_client_create(&cfg, &c), TK_CLIENT_ETLS,
+                 "TLS fields without a CA must not be silently ignored");
 }
 
 Test(client, default_owner_is_unique_and_valid)

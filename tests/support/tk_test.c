@@ -21,6 +21,7 @@
 
 #include "core/auth.h"
 #include "core/proto.h"
+#include "core/tls.h"
 
 uint64_t tk_test_ms(void)
 {
@@ -404,4 +405,234 @@ int tk_http_get(uint32_t port, const char *path, char *out, size_t cap)
     tk_tc_close(c);
     free(c);
     return status;
+}
+
+/* ---- TLS nodes and a TLS line client ------------------------------------ */
+
+/* True once the client port takes a TCP connection (nothing is read: a
+ * TLS port sends nothing before the client's hello). */
+static int wait_accepts(struct tk_node *n, int timeout_ms)
+{
+    uint64_t end = tk_test_ms() + (uint64_t)timeout_ms;
+    while (tk_test_ms() < end) {
+        if (!tk_node_alive(n))
+            return -1;
+        struct tk_tc c;
+        if (tk_tc_connect(&c, n->port) == 0) {
+            tk_tc_close(&c);
+            return 0;
+        }
+        usleep(20000);
+    }
+    return -1;
+}
+
+int tk_node_start_tls(struct tk_node *n, const char *const *extra_args)
+{
+    for (int attempt = 0; attempt < 5; attempt++) {
+        uint32_t port = tk_free_port3();
+        if (!port || tk_node_prepare(n, port) < 0)
+            return -1;
+        if (tk_node_spawn(n, extra_args) < 0)
+            return -1;
+        if (wait_accepts(n, 10000) == 0 && wait_serving(n, 10000) == 0)
+            return 0;
+        bool died = !tk_node_alive(n);
+        tk_node_stop(n, SIGKILL, 2000);
+        if (died)
+            return -1; /* refused to start: the log says why (kept) */
+        tk_node_cleanup(n);
+    }
+    return -1;
+}
+
+/* Records why the client failed; returns rc. */
+static int tls_fail_rc(struct tk_test_tls *t, const char *why, int rc)
+{
+    snprintf(t->err, sizeof(t->err), "%s", why);
+    return rc;
+}
+
+static int tls_fail(struct tk_test_tls *t, const char *why)
+{
+    return tls_fail_rc(t, why, -1);
+}
+
+/* Sends all ciphertext TLS has pending. */
+static int tls_flush(struct tk_test_tls *t)
+{
+    size_t n;
+    const uint8_t *p = tk_tls_pending(t->tls, &n);
+    while (n > 0) {
+        ssize_t w = send(t->fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return tls_fail(t, "send failed: the server closed the connection");
+        tk_tls_sent(t->tls, (size_t)w);
+        p = tk_tls_pending(t->tls, &n);
+    }
+    return 0;
+}
+
+/* One step: drive TLS (handshake, decryption into t->buf), send what it
+ * produced, and, when nothing new came out, wait up to the deadline for
+ * bytes from the server. 0 on progress or more to wait for, -1 on timeout,
+ * -2 on EOF or failure. */
+static int tls_step(struct tk_test_tls *t, uint64_t end)
+{
+    bool was_ready = tk_tls_ready(t->tls);
+    size_t got = 0, total = 0;
+    int rc;
+    do {
+        rc = tk_tls_read(t->tls, t->buf + t->len, sizeof(t->buf) - t->len, &got);
+        t->len += got;
+        total += got;
+    } while (rc == TK_OK && got > 0 && t->len < sizeof(t->buf));
+    int sent = tls_flush(t); /* after a failure: the alert, if any */
+    if (rc == TK_ECLOSED)
+        return tls_fail_rc(t, "the server closed the TLS session", -2);
+    if (rc != TK_OK)
+        return tls_fail_rc(t, tk_tls_error(t->tls), -2);
+    if (sent != 0)
+        return -2;
+    if (total > 0 || tk_tls_ready(t->tls) != was_ready)
+        return 0;
+    uint64_t now = tk_test_ms();
+    if (now >= end)
+        return -1;
+    struct pollfd pfd = {.fd = t->fd, .events = POLLIN};
+    if (poll(&pfd, 1, (int)(end - now)) <= 0)
+        return 0;
+    char in[16384];
+    ssize_t r = recv(t->fd, in, sizeof(in), 0);
+    if (r < 0 && errno == EINTR)
+        return 0;
+    if (r <= 0)
+        return tls_fail_rc(
+            t,
+            r == 0 ? "the server closed the connection" : "the connection was reset by the server",
+            -2);
+    if (tk_tls_feed(t->tls, in, (size_t)r) != TK_OK)
+        return tls_fail_rc(t, tk_tls_error(t->tls), -2);
+    return 0;
+}
+
+void tk_test_tls_close(struct tk_test_tls *t)
+{
+    if (t->tls)
+        tk_tls_free(t->tls);
+    if (t->ctx)
+        tk_tls_ctx_unref(t->ctx);
+    if (t->fd >= 0)
+        close(t->fd);
+    t->tls = NULL;
+    t->ctx = NULL;
+    t->fd = -1;
+}
+
+int tk_test_tls_dial(struct tk_test_tls *t,
+                     uint32_t port,
+                     const char *ca,
+                     const char *cert,
+                     const char *key,
+                     const char *server_name)
+{
+    memset(t, 0, offsetof(struct tk_test_tls, buf));
+    t->len = 0;
+    t->node_id = 0;
+    t->err[0] = 0;
+    t->fd = -1;
+    struct tk_tls_opts o = {.server = false, .cert = cert, .key = key, .ca = ca};
+    if (tk_tls_ctx_new(&o, &t->ctx, t->err, sizeof(t->err)) != TK_OK)
+        return -1;
+    t->tls = tk_tls_new(t->ctx, server_name);
+    struct tk_tc c;
+    if (!t->tls || tk_tc_connect(&c, port) != 0) {
+        tls_fail(t, t->tls ? "cannot connect" : "out of memory");
+        tk_test_tls_close(t);
+        return -1;
+    }
+    t->fd = c.fd;
+    uint64_t end = tk_test_ms() + 5000;
+    while (!tk_tls_ready(t->tls)) {
+        int r = tls_step(t, end);
+        if (r < 0) {
+            if (r == -1)
+                tls_fail(t, "the TLS handshake timed out");
+            tk_test_tls_close(t);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int tk_test_tls_send_raw(struct tk_test_tls *t, const void *p, size_t n)
+{
+    if (tk_tls_write(t->tls, p, n) != TK_OK)
+        return tls_fail(t, tk_tls_error(t->tls));
+    return tls_flush(t);
+}
+
+int tk_test_tls_send(struct tk_test_tls *t, const char *fmt, ...)
+{
+    char line[1 << 16];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return -1;
+    return tk_test_tls_send_raw(t, line, (size_t)n);
+}
+
+int tk_test_tls_line(struct tk_test_tls *t, char *out, size_t cap, int timeout_ms)
+{
+    uint64_t end = tk_test_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        char *nl = memchr(t->buf, '\n', t->len);
+        if (nl) {
+            size_t n = (size_t)(nl - t->buf);
+            size_t k = n < cap - 1 ? n : cap - 1;
+            memcpy(out, t->buf, k);
+            out[k] = 0;
+            memmove(t->buf, nl + 1, t->len - n - 1);
+            t->len -= n + 1;
+            return (int)k;
+        }
+        if (t->len == sizeof(t->buf))
+            return tls_fail_rc(t, "line longer than the buffer", -2);
+        int r = tls_step(t, end);
+        if (r < 0)
+            return r;
+    }
+}
+
+int tk_test_tls_auth(struct tk_test_tls *t, const char *secret)
+{
+    char line[512];
+    if (tk_test_tls_line(t, line, sizeof(line), 5000) < 0)
+        return -1;
+    const char *snonce;
+    if (!tk_proto_parse_banner(line, strlen(line), false, &snonce))
+        return tls_fail(t, "no banner");
+    char sn[TK_AUTH_HEX_LEN + 1], cn[TK_AUTH_HEX_LEN + 1], proof[TK_AUTH_HEX_LEN + 1];
+    memcpy(sn, snonce, TK_AUTH_HEX_LEN);
+    sn[TK_AUTH_HEX_LEN] = 0;
+    if (tk_auth_nonce(cn) != TK_OK)
+        return tls_fail(t, "no nonce");
+    tk_auth_proof((const uint8_t *)secret, strlen(secret), false, sn, cn, proof);
+    if (tk_test_tls_send(t, "AUTH %s %s\n", cn, proof) < 0)
+        return -1;
+    if (tk_test_tls_line(t, line, sizeof(line), 5000) < 0)
+        return -1;
+    const char *sproof;
+    uint64_t domain[2];
+    if (!tk_proto_parse_ok(line, strlen(line), &sproof, &t->node_id, domain))
+        return tls_fail(t, "no OK line");
+    char expect[TK_AUTH_HEX_LEN + 1];
+    tk_auth_proof((const uint8_t *)secret, strlen(secret), true, sn, cn, expect);
+    if (memcmp(expect, sproof, TK_AUTH_HEX_LEN) != 0)
+        return tls_fail(t, "the server's proof is wrong");
+    return 0;
 }

@@ -73,6 +73,50 @@ int tk_tc_line(struct tk_tc *c, char *out, size_t cap, int timeout_ms);
  * data is discarded). */
 bool tk_tc_closed(struct tk_tc *c, int timeout_ms);
 
+/* Starts ticketingd like tk_node_start, for a node whose client port
+ * speaks TLS (no plaintext banner to wait for): ready once the client port
+ * accepts a TCP connection and /status says it serves. */
+int tk_node_start_tls(struct tk_node *n, const char *const *extra_args);
+
+/* A TLS line client over a blocking TCP socket, on core/tls.h (not the
+ * client library): for tests of the server's TLS. */
+struct tk_tls_ctx;
+struct tk_tls;
+struct tk_test_tls {
+    int fd;
+    struct tk_tls_ctx *ctx;
+    struct tk_tls *tls;
+    char buf[1 << 16]; /* plaintext received, not yet read as lines */
+    size_t len;
+    uint64_t node_id;
+    char err[512]; /* why the last call failed: core/tls's sentence, or EOF */
+};
+/* TCP connect to 127.0.0.1:port and the TLS handshake: the server is
+ * verified with the CA file ca and, when server_name is not NULL, against
+ * that name; cert/key (both or NULL) are presented when asked for.
+ * Returns 0, or -1 with the reason in t->err (t is then closed). With TLS
+ * 1.3 a client learns that the server refused its certificate only at
+ * its first read. */
+int tk_test_tls_dial(struct tk_test_tls *t,
+                     uint32_t port,
+                     const char *ca,
+                     const char *cert,
+                     const char *key,
+                     const char *server_name);
+/* The SPEC 2 challenge-response inside TLS (checks the server's proof).
+ * Returns 0 or -1 (reason in t->err). */
+int tk_test_tls_auth(struct tk_test_tls *t, const char *secret);
+/* Bytes encrypted and sent. 0 or -1. */
+int tk_test_tls_send_raw(struct tk_test_tls *t, const void *p, size_t n);
+/* printf-style (up to 64 KiB), encrypted and sent; the caller includes
+ * "\n". 0 or -1. */
+int tk_test_tls_send(struct tk_test_tls *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* One line of plaintext (without "\n") into out: its length, -1 on
+ * timeout, -2 on EOF or a TLS failure (reason in t->err). */
+int tk_test_tls_line(struct tk_test_tls *t, char *out, size_t cap, int timeout_ms);
+void tk_test_tls_close(struct tk_test_tls *t);
+
 /* GET http://127.0.0.1:port/path; body into out. Returns the status code
  * or -1. */
 int tk_http_get(uint32_t port, const char *path, char *out, size_t cap);
