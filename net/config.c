@@ -160,6 +160,8 @@ static int tls_check(const struct tk_options *o, char *err, size_t errlen)
         why = "--tls-client-auth needs --tls-cert, --tls-key and --tls-ca";
     else if (o->tls_client_auth && !o->tls_ca[0])
         why = "--tls-client-auth needs --tls-ca (the CA that signs client certificates)";
+    else if (cert && o->peers[0] && !o->tls_ca[0])
+        why = "a cluster member with TLS needs --tls-ca: peers verify each other's certificates";
     if (why) {
         snprintf(err, errlen, "%s", why);
         return -1;

@@ -250,16 +250,16 @@ int main(int argc, char **argv)
                !s->tls                  ? "plaintext"
                : s->opt.tls_client_auth ? "TLS with client certificates"
                                         : "TLS");
-        if (s->tls && s->opt.peers[0])
-            tk_log(TK_LOG_WARN,
-                   "TLS covers the client port only: the peer port stays plaintext "
-                   "(keep it on a trusted network)");
         /* Wait for a signal, or for a thread that could not run. */
         struct timespec tick = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
         for (;;) {
             int sig = sigtimedwait(&set, NULL, &tick);
             if (sig == SIGHUP) {
                 tls_reload(s);
+                if (s->tls && s->opt.peers[0]) { /* the peer port's, on the Raft thread */
+                    atomic_store(&s->peer_tls_reload, 1);
+                    tk_wake_signal(tk_raftd_wake(s));
+                }
                 continue;
             }
             if (sig > 0) {

@@ -1,6 +1,32 @@
-/* Peer links of the Raft thread: io_uring connect/accept/recv/send, the
- * peer handshake, frame reassembly, and the resolver threads that look up
- * peer names off the Raft thread. See net/peer.h. */
+/* Peer links of the Raft thread: io_uring connect/accept/recv/send, TLS
+ * when configured, the peer handshake, frame reassembly, and the resolver
+ * threads that look up peer names off the Raft thread. See net/peer.h.
+ *
+ * TLS (core/tls.h, wolfSSL over memory) sits where bytes meet the socket
+ * and nowhere else, as on the client port (net/conn.c):
+ *   - a recv lands in the free tail of l->in as always; with TLS those
+ *     bytes are ciphertext: tk_tls_feed() copies them away and
+ *     tk_tls_read() writes the plaintext it completes over them
+ *     (tls_open), so the line and frame parser (link_input) sees only
+ *     plaintext and needs no second buffer;
+ *   - what the handshake and tk_peers_send() append to l->out is
+ *     plaintext; when the previous send is done, flush_link encrypts it in
+ *     one tk_tls_write() and sends every byte of tk_tls_pending(), handshake
+ *     messages included (tls_seal).
+ * The TLS handshake comes first on a link: the dialler's connect completes
+ * -> tls_begin() writes the ClientHello; the acceptor's banner, written at
+ * accept as without TLS, is held inside TLS until the handshake is done,
+ * and the banner/AUTH/OK exchange then runs inside TLS unchanged. The link
+ * states do not change: a link handshaking TLS is in L_BANNER (dialler) or
+ * L_AUTH (acceptor), so the handshake deadline and the budget of
+ * unauthenticated inbound links cover TLS too. Without TLS (l->tls NULL)
+ * every path is the one it always was. */
+/* options.h before any other wolfSSL header: it says what the library
+ * was built with (FP_ECC below). */
+#include <wolfssl/options.h>
+
+#include <wolfssl/wolfcrypt/ecc.h>
+
 #include "net/peer.h"
 
 #include <arpa/inet.h>
@@ -10,6 +36,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +46,7 @@
 
 #include "core/auth.h"
 #include "core/proto.h"
+#include "core/tls.h"
 
 #define LINKS_MAX 64  /* outbound + inbound links */
 #define UNAUTH_MAX 16 /* inbound links still in their handshake */
@@ -34,11 +62,27 @@
 /* Test hook (integration tests only): every name lookup first sleeps this
  * many milliseconds, as behind a slow cluster DNS. Read once at start. */
 #define RESOLVE_DELAY_ENV "TK_TEST_RESOLVE_DELAY_MS"
+/* Room made in l->in for each tk_tls_read(): one TLS record at most. */
+#define TLS_READ_CHUNK (16u << 10)
+/* Every TLS record, and so every TLS session, opens with this byte. */
+#define TLS_RECORD_HANDSHAKE 0x16
+/* Failure lines of peer links: a member misconfigured for good (another
+ * CA, no TLS) is redialled every second for as long as it runs, so each
+ * outbound link logs one line per window and all inbound links together
+ * INBOUND_LOG_BURST; the next line says how many were not logged. */
+#define LOG_WINDOW_US 10000000u
+#define INBOUND_LOG_BURST 4u
 
 enum { POP_ACCEPT = 1, POP_CONNECT, POP_RECV, POP_SEND, POP_WAKE, POP_TIMEOUT, POP_CANCEL };
 /* L_RESOLVING: an outbound link waits for a resolver thread to look up
  * its name; nothing is in flight in the ring and no socket is open. */
 enum { L_IDLE, L_RESOLVING, L_CONNECTING, L_BANNER, L_AUTH, L_OK, L_READY, L_CLOSING };
+
+/* A window of rate-limited log lines (LOG_WINDOW_US). */
+struct log_limit {
+    uint64_t window_us;
+    uint32_t logged, unlogged;
+};
 
 struct tk_plink {
     uint32_t slot, gen;
@@ -60,6 +104,9 @@ struct tk_plink {
     uint64_t backoff_us;
     struct sockaddr_storage sa;
     socklen_t salen;
+    struct tk_tls *tls;   /* TLS state while the link has a socket; NULL without TLS */
+    bool tls_seen;        /* a byte was received (the first one checked) */
+    struct log_limit log; /* outbound: this link's failure lines */
 };
 
 /* Name lookups for outbound links, done by up to RESOLVERS_MAX detached
@@ -115,6 +162,11 @@ struct tk_peers {
     struct tk_accept accept;
     struct resolver *resolver; /* created at the first name to look up */
     uint32_t resolve_delay_ms;
+    /* With --tls-cert: contexts for the links opened from now on (a
+     * reload replaces them; each link holds a reference to its own). */
+    struct tk_tls_ctx *tls_server; /* accepted links: client certificate required */
+    struct tk_tls_ctx *tls_client; /* dialled links: server verified, ours presented */
+    struct log_limit inbound_log;
 };
 
 static uint64_t pud(int op, uint32_t slot, uint32_t gen)
@@ -243,6 +295,8 @@ static void link_finish_close(struct tk_peers *p, struct tk_plink *l)
     l->fd = -1;
     l->in_len = l->out_len = l->snd_len = l->snd_off = 0;
     l->remote_id = 0;
+    tk_tls_free(l->tls); /* drops its reference to the context it began with */
+    l->tls = NULL;
     l->gen++;
     if (!l->outbound) {
         p->links[l->slot] = NULL;
@@ -253,6 +307,329 @@ static void link_finish_close(struct tk_peers *p, struct tk_plink *l)
         return;
     }
     link_retry_later(l);
+}
+
+/* ------------------------------------------------------------------ */
+/* Failure lines and TLS */
+
+/* "host:port" of an inbound link's remote end, for log lines. */
+static const char *remote_name(int fd, char *buf, size_t cap)
+{
+    struct sockaddr_storage a;
+    socklen_t len = sizeof(a);
+    char host[INET6_ADDRSTRLEN];
+    if (fd < 0 || getpeername(fd, (struct sockaddr *)&a, &len) != 0) {
+        snprintf(buf, cap, "an unknown address");
+    } else if (a.ss_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)&a;
+        inet_ntop(AF_INET, &v4->sin_addr, host, sizeof(host));
+        snprintf(buf, cap, "%s:%u", host, ntohs(v4->sin_port));
+    } else if (a.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&a;
+        inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
+        snprintf(buf, cap, "[%s]:%u", host, ntohs(v6->sin6_port));
+    } else {
+        snprintf(buf, cap, "an address of family %d", a.ss_family);
+    }
+    return buf;
+}
+
+/* One warning about a link that is being closed, rate-limited (see
+ * LOG_WINDOW_US): "peer link to <dialled address>: ..." or "peer link from
+ * <remote host:port>: ...". */
+static void link_warn(struct tk_peers *p, struct tk_plink *l, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void link_warn(struct tk_peers *p, struct tk_plink *l, const char *fmt, ...)
+{
+    struct log_limit *ll = l->outbound ? &l->log : &p->inbound_log;
+    uint32_t burst = l->outbound ? 1u : INBOUND_LOG_BURST;
+    uint64_t now = tk_now_us();
+    if (ll->window_us == 0 || now - ll->window_us >= LOG_WINDOW_US) {
+        ll->window_us = now;
+        ll->logged = 0;
+    }
+    if (ll->logged >= burst) {
+        ll->unlogged++;
+        return;
+    }
+    ll->logged++;
+    char what[2 * TK_TLS_ERR_MAX], who[TK_ADDR_MAX + 16], more[64] = "";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    if (ll->unlogged)
+        snprintf(more, sizeof(more), " (%u similar lines not logged)", ll->unlogged);
+    ll->unlogged = 0;
+    tk_log(TK_LOG_WARN, "peer link %s %s: %s%s", l->outbound ? "to" : "from",
+           l->outbound ? l->addr : remote_name(l->fd, who, sizeof(who)), what, more);
+}
+
+/* Ciphertext TLS has pending (an alert, say) straight to the socket of a
+ * link about to close, if no send is in flight: best effort, so the other
+ * end learns why rather than only that the connection ended. */
+static void tls_push_now(struct tk_plink *l)
+{
+    size_t n = 0;
+    const uint8_t *c = tk_tls_pending(l->tls, &n);
+    if (n == 0 || l->send_inflight || l->fd < 0)
+        return;
+    ssize_t w = send(l->fd, c, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)w;
+    tk_tls_sent(l->tls, n);
+}
+
+/* The link's TLS failed (a certificate from another CA or none, a name
+ * mismatch, a plaintext peer, a corrupt record): one line naming the cause
+ * and the address, counted, and the link closed. why: our own sentence, or
+ * NULL for core/tls's. */
+static void tls_failed(struct tk_peers *p, struct tk_plink *l, const char *why)
+{
+    if (l->state == L_CLOSING)
+        return;
+    p->st.tls_failures++;
+    const char *err = why ? why : tk_tls_error(l->tls);
+    /* An alert is all this side learns when the other refused the
+     * session; its log names the cause. */
+    bool refused = !why && strstr(err, "received alert") != NULL;
+    link_warn(p, l, "closed by a TLS failure: %s%s", err,
+              refused ? " (the peer refused the session, most likely our certificate: its log "
+                        "says why)"
+                      : "");
+    tls_push_now(l);
+    tk_plink_close(p, l);
+}
+
+/* The name the dialled server's certificate must carry: the host part of
+ * the peer address ("127.0.0.1", a pod's DNS name). wolfSSL checks it
+ * against the certificate's DNS SANs (wildcards included) and, for an IP
+ * literal, against its IP SANs, which it compares as text: IPv4 dotted as
+ * written (checked with wolfSSL 5.5.4: a certificate without that IP SAN
+ * is refused), IPv6 fully expanded to 8 groups of 4 hex digits, so an IPv6
+ * literal is expanded here first. IP literals are therefore checked, not
+ * skipped: members dialled by IP need an IP SAN, as with any TLS client. */
+static void tls_name(const char *addr, char *out, size_t cap)
+{
+    char host[TK_ADDR_MAX];
+    uint32_t port;
+    if (tk_addr_split(addr, host, sizeof(host), &port) != TK_OK) {
+        snprintf(out, cap, "%s", addr);
+        return;
+    }
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+        memmove(host, host + 1, n - 2);
+        host[n - 2] = 0;
+    }
+    struct in6_addr a6;
+    if (inet_pton(AF_INET6, host, &a6) != 1) {
+        snprintf(out, cap, "%s", host);
+        return;
+    }
+    size_t off = 0;
+    for (int i = 0; i < 8 && off < cap; i++)
+        off += (size_t)snprintf(out + off, cap - off, "%s%02x%02x", i ? ":" : "", a6.s6_addr[2 * i],
+                                a6.s6_addr[2 * i + 1]);
+}
+
+/* wolfSSL (built with FP_ECC) keeps an ECC point cache per thread, filled
+ * by the handshakes a thread runs, that only that thread can free. The
+ * Raft thread's is freed when it exits, by a thread-specific destructor,
+ * so its owner (net/raftd.c) needs no TLS call of its own. */
+static pthread_key_t tls_thread_key;
+static pthread_once_t tls_thread_once = PTHREAD_ONCE_INIT;
+
+static void tls_thread_end(void *unused)
+{
+    (void)unused;
+#ifdef FP_ECC
+    wc_ecc_fp_free();
+#endif
+}
+
+static void tls_thread_key_init(void)
+{
+    int rc = pthread_key_create(&tls_thread_key, tls_thread_end);
+    TK_ASSERT(rc == 0);
+}
+
+/* The calling thread runs TLS: free its cache when it exits. */
+static void tls_thread_mark(void)
+{
+    pthread_once(&tls_thread_once, tls_thread_key_init);
+    if (!pthread_getspecific(tls_thread_key))
+        pthread_setspecific(tls_thread_key, (void *)1);
+}
+
+/* Gives a link whose socket just connected (or was accepted) its TLS
+ * state, on the current context. A dialler writes its ClientHello now.
+ * False on allocation failure. */
+static bool tls_begin(struct tk_peers *p, struct tk_plink *l)
+{
+    TK_ASSERT(l->tls == NULL);
+    tls_thread_mark();
+    l->tls_seen = false;
+    if (!l->outbound) {
+        l->tls = tk_tls_new(p->tls_server, NULL);
+        return l->tls != NULL;
+    }
+    char name[TK_ADDR_MAX];
+    tls_name(l->addr, name, sizeof(name));
+    l->tls = tk_tls_new(p->tls_client, name);
+    uint8_t none;
+    size_t got;
+    return l->tls && tk_tls_read(l->tls, &none, 0, &got) == TK_OK;
+}
+
+/* Room for n more bytes of input. */
+static void in_reserve(struct tk_plink *l, size_t n)
+{
+    if (l->in_cap - l->in_len >= n)
+        return;
+    size_t cap = l->in_len + TK_MAX(n, (size_t)RECV_CHUNK);
+    uint8_t *q = realloc(l->in, cap);
+    TK_ASSERT(q != NULL);
+    l->in = q;
+    l->in_cap = cap;
+}
+
+/* n bytes of ciphertext were received at l->in + l->in_len: fed to TLS,
+ * and every byte of plaintext they complete appended to l->in in their
+ * place. l->in stays bounded as without TLS (link_input cuts the link past
+ * IN_CAP_MAX - RECV_CHUNK), overshot by one record at most. */
+static void tls_open(struct tk_peers *p, struct tk_plink *l, size_t n)
+{
+    const uint8_t *data = l->in + l->in_len;
+    bool first = !l->tls_seen;
+    l->tls_seen = true;
+    if (l->outbound && first) {
+        /* A server speaks first only without TLS (its banner): say so
+         * rather than what the record parser would make of it. */
+        if (data[0] != TLS_RECORD_HANDSHAKE) {
+            char why[200];
+            snprintf(why, sizeof(why),
+                     "the peer answered in plaintext (first byte 0x%02x, not a TLS record): it "
+                     "runs without TLS on its peer port, and every member needs --tls-cert, "
+                     "--tls-key and --tls-ca",
+                     data[0]);
+            tls_failed(p, l, why);
+            return;
+        }
+    }
+    int rc = tk_tls_feed(l->tls, data, n);
+    while (rc == TK_OK) {
+        in_reserve(l, TLS_READ_CHUNK);
+        size_t got = 0;
+        rc = tk_tls_read(l->tls, l->in + l->in_len, l->in_cap - l->in_len, &got);
+        if (got == 0)
+            break;
+        l->in_len += got;
+    }
+    if (rc == TK_ECLOSED) /* close_notify: as an end of stream */
+        tk_plink_close(p, l);
+    else if (rc != TK_OK)
+        tls_failed(p, l, NULL);
+}
+
+/* An inbound TLS link ended by its dialler before a single byte came:
+ * after a second or more that is what a member without TLS does (it waits
+ * for a plaintext banner until its own handshake deadline, then gives up),
+ * so say so; a quicker close (a port probe) goes unremarked. Counted as a
+ * TLS failure: the link failed before TLS could start. */
+static void tls_eof(struct tk_peers *p, struct tk_plink *l)
+{
+    uint64_t hs_us = (uint64_t)p->s->opt.handshake_ms * 1000u;
+    uint64_t age_us = tk_now_us() + hs_us - l->deadline_us;
+    if (l->outbound || l->tls_seen || l->state != L_AUTH || age_us < 1000000u)
+        return;
+    p->st.tls_failures++;
+    link_warn(p, l,
+              "closed by the peer after %llu ms without a TLS hello (a member without "
+              "--tls-cert dials in plaintext and waits for a banner)",
+              (unsigned long long)(age_us / 1000u));
+}
+
+/* The previous send is done (l->snd empty): the plaintext queued in l->out
+ * is encrypted in one call (records of up to 16 KiB rather than one per
+ * frame), then all ciphertext pending is moved to l->snd, handshake
+ * messages included. A copy, because TLS appends to its buffer (a
+ * post-handshake message) while the send of the previous bytes is still
+ * in flight. */
+static void tls_seal(struct tk_peers *p, struct tk_plink *l)
+{
+    TK_ASSERT(l->snd_len == 0);
+    if (l->out_len > 0) {
+        size_t len = l->out_len;
+        l->out_len = 0;
+        if (tk_tls_write(l->tls, l->out, len) != TK_OK) {
+            tls_failed(p, l, NULL);
+            return;
+        }
+    }
+    size_t n = 0;
+    const uint8_t *c = tk_tls_pending(l->tls, &n);
+    if (n == 0)
+        return;
+    if (l->snd_cap < n) {
+        uint8_t *q = realloc(l->snd, n);
+        TK_ASSERT(q != NULL);
+        l->snd = q;
+        l->snd_cap = n;
+    }
+    memcpy(l->snd, c, n);
+    l->snd_len = n;
+    l->snd_off = 0;
+    tk_tls_sent(l->tls, n);
+}
+
+/* Both contexts from the options: an acceptor that requires a client
+ * certificate signed by --tls-ca, and a dialler that verifies the server
+ * with it and presents --tls-cert. TK_OK, or TK_EINVAL with why naming the
+ * file and the cause. */
+static int tls_contexts(const struct tk_options *o,
+                        struct tk_tls_ctx **server,
+                        struct tk_tls_ctx **client,
+                        char *why,
+                        size_t cap)
+{
+    *server = *client = NULL;
+    if (!o->tls_ca[0]) {
+        snprintf(why, cap,
+                 "--tls-ca is required with --tls-cert on a cluster member: peers verify each "
+                 "other's certificates with it");
+        return TK_EINVAL;
+    }
+    struct tk_tls_opts so = {.server = true,
+                             .cert = o->tls_cert,
+                             .key = o->tls_key,
+                             .ca = o->tls_ca,
+                             .verify_peer = true};
+    struct tk_tls_opts co = {.cert = o->tls_cert, .key = o->tls_key, .ca = o->tls_ca};
+    int rc = tk_tls_ctx_new(&so, server, why, cap);
+    if (rc == TK_OK && (rc = tk_tls_ctx_new(&co, client, why, cap)) != TK_OK) {
+        tk_tls_ctx_unref(*server);
+        *server = NULL;
+    }
+    return rc == TK_OK ? TK_OK : TK_EINVAL;
+}
+
+int tk_peers_tls_reload(struct tk_peers *p)
+{
+    if (!p->tls_server)
+        return TK_OK;
+    struct tk_tls_ctx *server, *client;
+    char why[TK_TLS_ERR_MAX];
+    tls_thread_mark(); /* the contexts' self check runs a handshake here */
+    if (tls_contexts(&p->s->opt, &server, &client, why, sizeof(why)) != TK_OK) {
+        tk_log(TK_LOG_ERROR, "peer TLS reload failed, keeping the previous certificates: %s", why);
+        return TK_EINVAL;
+    }
+    tk_tls_ctx_unref(p->tls_server); /* open links keep theirs alive */
+    tk_tls_ctx_unref(p->tls_client);
+    p->tls_server = server;
+    p->tls_client = client;
+    tk_log(TK_LOG_INFO, "peer TLS: reloaded %s for new peer links", p->s->opt.tls_cert);
+    return TK_OK;
 }
 
 /* ------------------------------------------------------------------ */
@@ -615,8 +992,13 @@ static void hs_fail(struct tk_peers *p, struct tk_plink *l, bool tell)
     p->st.auth_failures++;
     if (tell) {
         static const char e[] = "E - auth\n";
-        ssize_t w = send(l->fd, e, sizeof(e) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-        (void)w;
+        if (l->tls) { /* inside TLS, like every other line */
+            if (tk_tls_write(l->tls, e, sizeof(e) - 1) == TK_OK)
+                tls_push_now(l);
+        } else {
+            ssize_t w = send(l->fd, e, sizeof(e) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)w;
+        }
     }
     tk_log(TK_LOG_WARN, "peer handshake failed on %s link %s", l->outbound ? "outbound" : "inbound",
            l->outbound ? l->addr : "(accepted)");
@@ -689,6 +1071,16 @@ static void link_input(struct tk_peers *p, struct tk_plink *l)
     size_t pos = 0;
     while (pos < l->in_len && l->state != L_CLOSING) {
         if (l->state != L_READY) {
+            if (l->state == L_AUTH && pos == 0 && !l->tls && l->in[0] == TLS_RECORD_HANDSHAKE) {
+                /* A dialler that opens with a TLS record (AUTH opens with
+                 * 'A'): it runs with TLS and this node without. */
+                p->st.tls_failures++;
+                link_warn(p, l,
+                          "closed: the peer speaks TLS but this node's peer port is plaintext "
+                          "(every member needs --tls-cert, --tls-key and --tls-ca)");
+                tk_plink_close(p, l);
+                break;
+            }
             uint8_t *nl = memchr(l->in + pos, '\n', TK_MIN(l->in_len - pos, (size_t)TK_LINE_MAX));
             if (!nl) {
                 if (l->in_len - pos >= TK_LINE_MAX)
@@ -774,10 +1166,12 @@ static void on_accept(struct tk_peers *p, int fd)
     l->fd = fd;
     l->state = L_AUTH;
     l->deadline_us = tk_now_us() + (uint64_t)p->s->opt.handshake_ms * 1000u;
-    if (tk_auth_nonce(l->snonce) != TK_OK) {
+    if (tk_auth_nonce(l->snonce) != TK_OK || (p->tls_server && !tls_begin(p, l))) {
         tk_plink_close(p, l);
+        link_finish_close(p, l); /* nothing in flight: frees it */
         return;
     }
+    /* With TLS the banner waits inside TLS for the handshake to finish. */
     char line[128];
     size_t n = tk_proto_fmt_banner(line, sizeof(line), true, l->snonce);
     send_line(l, line, n);
@@ -815,20 +1209,29 @@ static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
             } else if (cqe->res < 0) {
                 l->state = L_CLOSING;
                 link_finish_close(p, l);
+            } else if (p->tls_client && !tls_begin(p, l)) {
+                link_warn(p, l, "cannot start TLS (out of memory)");
+                tk_plink_close(p, l);
+                link_finish_close(p, l);
             } else {
-                l->state = L_BANNER;
+                l->state = L_BANNER; /* with TLS: the TLS handshake first */
                 arm_recv(p, l);
             }
             break;
         case POP_RECV:
             l->recv_inflight = false;
             if (cqe->res <= 0 || l->state == L_CLOSING) {
+                if (cqe->res == 0 && l->tls)
+                    tls_eof(p, l);
                 tk_plink_close(p, l);
                 link_finish_close(p, l);
                 break;
             }
-            l->in_len += (size_t)cqe->res;
             p->st.bytes_in += (uint64_t)cqe->res;
+            if (l->tls)
+                tls_open(p, l, (size_t)cqe->res);
+            else
+                l->in_len += (size_t)cqe->res;
             link_input(p, l);
             if (l->state != L_CLOSING)
                 arm_recv(p, l);
@@ -860,7 +1263,11 @@ static void flush_link(struct tk_peers *p, struct tk_plink *l)
 {
     if (l->send_inflight || l->fd < 0 || l->state == L_CLOSING || l->state == L_CONNECTING)
         return;
-    if (l->snd_len == 0 && l->out_len > 0) {
+    if (l->tls && l->snd_len == 0) {
+        tls_seal(p, l);
+        if (l->state == L_CLOSING)
+            return;
+    } else if (l->snd_len == 0 && l->out_len > 0) {
         uint8_t *t = l->snd;
         size_t tcap = l->snd_cap;
         l->snd = l->out;
@@ -894,6 +1301,12 @@ unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
         else if (l->state != L_READY && l->state != L_IDLE && l->state != L_CLOSING &&
                  l->state != L_RESOLVING && now >= l->deadline_us) {
             p->st.handshake_timeouts++;
+            if (l->tls && !tk_tls_ready(l->tls))
+                link_warn(p, l, "closed: no TLS handshake within %u ms%s", p->s->opt.handshake_ms,
+                          l->outbound || l->tls_seen
+                              ? ""
+                              : " (a member without --tls-cert dials in plaintext and waits "
+                                "for a banner)");
             tk_plink_close(p, l);
         }
         if (p->links[i])
@@ -936,9 +1349,20 @@ int tk_peers_create(struct tk_server *s,
         free(p);
         return TK_ENOMEM;
     }
+    if (s->opt.tls_cert[0]) {
+        char why[TK_TLS_ERR_MAX];
+        if (tls_contexts(&s->opt, &p->tls_server, &p->tls_client, why, sizeof(why)) != TK_OK) {
+            tk_log(TK_LOG_ERROR, "peer TLS: %s", why);
+            free(p->scratch.entries);
+            free(p);
+            return TK_EINVAL;
+        }
+    }
     int rc = io_uring_queue_init(512, &p->ring, 0);
     if (rc < 0) {
         tk_log(TK_LOG_ERROR, "raft: io_uring setup failed: %s", strerror(-rc));
+        tk_tls_ctx_unref(p->tls_server);
+        tk_tls_ctx_unref(p->tls_client);
         free(p->scratch.entries);
         free(p);
         return TK_EUNSUPPORTED;
@@ -948,10 +1372,15 @@ int tk_peers_create(struct tk_server *s,
         tk_log(TK_LOG_ERROR, "cannot listen on peer port %s:%u: %s", s->opt.bind, s->opt.peer_port,
                strerror(errno));
         io_uring_queue_exit(&p->ring);
+        tk_tls_ctx_unref(p->tls_server);
+        tk_tls_ctx_unref(p->tls_client);
         free(p->scratch.entries);
         free(p);
         return TK_EIO;
     }
+    if (p->tls_server)
+        tk_log(TK_LOG_INFO, "peer port: mutual TLS (certificate %s, peers verified with %s)",
+               s->opt.tls_cert, s->opt.tls_ca);
     const char *delay = getenv(RESOLVE_DELAY_ENV);
     if (delay && *delay) {
         p->resolve_delay_ms = (uint32_t)strtoul(delay, NULL, 10);
@@ -975,11 +1404,14 @@ void tk_peers_destroy(struct tk_peers *p)
             continue;
         if (l->fd >= 0)
             close(l->fd);
+        tk_tls_free(l->tls);
         free(l->in);
         free(l->out);
         free(l->snd);
         free(l);
     }
+    tk_tls_ctx_unref(p->tls_server);
+    tk_tls_ctx_unref(p->tls_client);
     io_uring_queue_exit(&p->ring);
     if (p->listen_fd >= 0)
         close(p->listen_fd);

@@ -5,7 +5,16 @@
  * Each node sends its messages on the link it dialled to the receiver and
  * receives on the links the others dialled to it, so a pair of nodes uses
  * two TCP connections and nobody has to break ties. Only the Raft thread
- * calls these functions.
+ * calls these functions (tk_peers_create and tk_peers_destroy excepted: they
+ * run before the thread starts and after it ended).
+ *
+ * TLS (SPEC 2: TCP -> TLS -> challenge-response -> traffic): with
+ * --tls-cert every link is mutual TLS. The accepting side requires a client
+ * certificate signed by --tls-ca; the dialling side verifies the server's
+ * certificate against --tls-ca and the host part of the address it dialled,
+ * and presents its own certificate. The banner/HMAC handshake and the
+ * frames then run inside TLS unchanged. Without --tls-cert the links carry
+ * exactly the bytes they always did.
  */
 #ifndef TK_NET_PEER_H
 #define TK_NET_PEER_H
@@ -25,7 +34,10 @@ struct tk_peer_cb {
 /* Listens on the peer port. wake_fd (eventfd) is polled in the same ring;
  * resolver threads write it too, until tk_peers_destroy(), which must come
  * before wake_fd is closed. Lookups still running then finish (and are
- * dropped) on their own threads: destroy does not wait for DNS. */
+ * dropped) on their own threads: destroy does not wait for DNS. With
+ * s->opt.tls_cert set it loads the peer TLS contexts from tls_cert,
+ * tls_key and tls_ca (required then); a file that cannot be used fails the
+ * call (TK_EINVAL) after an error line naming the file and the cause. */
 int tk_peers_create(struct tk_server *s,
                     const struct tk_peer_cb *cb,
                     int wake_fd,
@@ -58,6 +70,14 @@ bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_
  * finished lookup writes wake_fd, so a wait ends for it. */
 unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us);
 
+/* SIGHUP: loads the peer TLS contexts again from the files the options
+ * name, for links opened from now on; open links keep the contexts they
+ * began with. On failure (logged with the file and cause) the previous
+ * contexts stay and TK_EINVAL is returned. TK_OK without TLS (nothing to
+ * do). Raft thread only; it reads the files and runs one in-memory
+ * handshake (a few milliseconds). */
+int tk_peers_tls_reload(struct tk_peers *p);
+
 /* Counters for /metrics. */
 struct tk_peer_stats {
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
@@ -65,6 +85,7 @@ struct tk_peer_stats {
     uint64_t frames_oversize, handshake_timeouts, frames_malformed, accept_errors;
     uint64_t handshakes_evicted;
     uint64_t resolves, resolve_failures; /* name lookups (off the Raft thread) */
+    uint64_t tls_failures; /* links closed by a TLS failure (handshake, certificate, record) */
 };
 void tk_peers_stats(const struct tk_peers *p, struct tk_peer_stats *st);
 

@@ -197,6 +197,8 @@ static void *raftd_main(void *arg)
             n = tk_peers_run(r->peers, wait);
         else if (wait)
             wait_standalone(r, wait);
+        if (r->peers && atomic_exchange_explicit(&s->peer_tls_reload, 0, memory_order_relaxed))
+            tk_peers_tls_reload(r->peers);
         raftd_clock(r);
         atomic_store_explicit(&s->progress_us[TK_WORKERS_MAX], r->now, memory_order_relaxed);
         tk_driver_tick(r->d);

@@ -66,6 +66,7 @@ struct tk_raftd {
     char note[256];                          /* why we are where we are (/status) */
     uint64_t note_us;                        /* when the note was last brought up to date */
     uint64_t members_at;                     /* leader: next membership step */
+    uint64_t invalid_log_at;                 /* next time an invalid message may be logged */
     _Atomic uint64_t m_joins, m_changes;
 
     /* The pure logic of this thread (raft/driver.h); core is its Raft core. */

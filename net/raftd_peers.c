@@ -395,6 +395,15 @@ void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f
     m.to = r->s->node_id;
     struct tk_raft_update up;
     int rc = tk_raft_receive(r->core, &m, r->now, &up);
+    if (rc == TK_EPROTO && r->now >= r->invalid_log_at) {
+        /* Refused whole, nothing changed; a peer that sends these is
+         * broken or not what it claims: say so, at most once a second. */
+        r->invalid_log_at = r->now + 1000000u;
+        tk_log(TK_LOG_WARN,
+               "refused an invalid Raft message (type %u) from %016llx: it contradicts the "
+               "log or the protocol (raft_messages_invalid_total counts them)",
+               (unsigned)m.type, (unsigned long long)m.from);
+    }
     raftd_process(r, rc, &up);
 }
 

@@ -85,7 +85,8 @@ struct tk_server {
      * Connections keep the context they started with. */
     bool tls;
     pthread_mutex_t tls_lock;
-    struct tk_tls_ctx *tls_ctx; /* guarded by tls_lock; NULL without TLS */
+    struct tk_tls_ctx *tls_ctx;  /* guarded by tls_lock; NULL without TLS */
+    _Atomic int peer_tls_reload; /* SIGHUP: the Raft thread reloads the peer port's */
 
     uint32_t nworkers;
     struct tk_worker *workers[TK_WORKERS_MAX];
