@@ -201,6 +201,12 @@ static void *raftd_main(void *arg)
             tk_peers_tls_reload(r->peers);
         raftd_clock(r);
         atomic_store_explicit(&s->progress_us[TK_WORKERS_MAX], r->now, memory_order_relaxed);
+        if (r->test_stall_us && tk_driver_serving(r->d)) {
+            /* Test hook (TK_TEST_STALL_RAFT_MS): a Raft thread stuck for
+             * that long, once, so /healthz can be seen failing. */
+            usleep((useconds_t)r->test_stall_us);
+            r->test_stall_us = 0;
+        }
         tk_driver_tick(r->d);
         n += drain_workers(r);
         did_work = n != 0;
@@ -291,6 +297,11 @@ int tk_raftd_create(struct tk_server *s)
         for (uint32_t i = 0; i < r->npeers; i++)
             if (i != r->self)
                 tk_peers_dial(r->peers, r->peer_addr[i]);
+    }
+    const char *stall = getenv("TK_TEST_STALL_RAFT_MS");
+    if (stall && atoi(stall) > 0) {
+        r->test_stall_us = (uint64_t)atoi(stall) * 1000u;
+        tk_log(TK_LOG_WARN, "test hook: the Raft thread will stall once for %s ms", stall);
     }
     raftd_publish(r);
     return TK_OK;

@@ -67,6 +67,7 @@ struct tk_raftd {
     uint64_t note_us;                        /* when the note was last brought up to date */
     uint64_t members_at;                     /* leader: next membership step */
     uint64_t invalid_log_at;                 /* next time an invalid message may be logged */
+    uint64_t test_stall_us;                  /* test hook: stall once this long (0: never) */
     _Atomic uint64_t m_joins, m_changes;
 
     /* The pure logic of this thread (raft/driver.h); core is its Raft core. */

@@ -365,3 +365,27 @@ Test(hardening, healthz_answers_while_idle_and_trickling_clients_hold_the_admin_
     for (int i = 0; i < 5; i++)
         close(slow[i]);
 }
+
+Test(hardening, healthz_fails_while_the_raft_thread_is_stuck)
+{
+    /* Test hook: once it serves, the Raft thread sleeps 7 s in one round. */
+    cr_assert_eq(setenv("TK_TEST_STALL_RAFT_MS", "7000", 1), 0);
+    cr_assert_eq(tk_node_start(&node, NULL), 0);
+    unsetenv("TK_TEST_STALL_RAFT_MS");
+    static char body[256];
+    int code = 0;
+    for (int i = 0; i < 100 && (code = tk_http_get(node.port + 2, "/healthz", body, sizeof(body)));
+         i++) {
+        if (code == 503)
+            break;
+        usleep(100 * 1000);
+    }
+    cr_assert_eq(code, 503, "/healthz kept answering %d while the Raft thread was stuck", code);
+    cr_assert(strstr(body, "raft thread made no progress"), "%s", body);
+    /* And healthy again once it moves. */
+    for (int i = 0; i < 100 && code != 200; i++) {
+        usleep(100 * 1000);
+        code = tk_http_get(node.port + 2, "/healthz", body, sizeof(body));
+    }
+    cr_assert_eq(code, 200, "/healthz stayed %d after the Raft thread moved again", code);
+}
