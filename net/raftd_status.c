@@ -136,6 +136,8 @@ void raftd_publish(struct tk_raftd *r)
          m->proposals_refused},
         {"raft_messages_invalid_total", "counter",
          "Peer messages refused as malformed or contradicting the log", m->messages_invalid},
+        {"raft_snapshot_resends_total", "counter",
+         "Snapshot chunks sent again (lost or unacknowledged)", m->snapshot_resends},
         {"raft_entries_total", "counter", "Log entries proposed by this node", ds.entries},
         {"raft_commands_total", "counter", "Lock commands applied", ds.commands},
         {"raft_batches_waiting", "gauge", "Complete batches waiting for room in the log",

@@ -56,6 +56,7 @@ struct tk_driver {
     uint64_t next_read_id;
 
     bool snap_busy;
+    bool snap_again; /* the core asked while a cut was merging */
     uint64_t snap_index;
     uint32_t snap_parts;
     struct tk_msg_snap_part parts[TK_DRIVER_SHARDS_MAX];
@@ -247,7 +248,12 @@ static void maybe_lead(struct tk_driver *d, const struct tk_raft_update *up)
         d->held_noted = true;
         return;
     }
-    if (!st.term_start_index || d->applied < st.term_start_index || d->applied < up->commit)
+    /* Everything in the log applied, not only what is committed: after a
+     * refused batch the term goes on, and entries proposed before the
+     * shards stepped down may still commit; a leading table applies only
+     * its own proposals (lock.h), so they must reach the shards first. */
+    if (!st.term_start_index || d->applied < st.term_start_index || d->applied < up->commit ||
+        d->applied < st.last_index)
         return;
     d->leader_ready = true;
     size_t n = strnlen(d->o.advertise, TK_MSG_ADDR_MAX - 1);
@@ -280,8 +286,10 @@ static void resolve_reads(struct tk_driver *d, const struct tk_raft_read *reads,
 
 static void request_snapshot(struct tk_driver *d, uint64_t index)
 {
-    if (d->snap_busy)
+    if (d->snap_busy) {
+        d->snap_again = true; /* after this cut (snapshot_merge) */
         return;
+    }
     TK_ASSERT(index == d->applied);
     d->snap_busy = true;
     d->snap_index = index;
@@ -524,6 +532,17 @@ static void snapshot_merge(struct tk_driver *d)
     if (rc != TK_OK)
         event(d, TK_DRIVER_EV_SNAPSHOT_REFUSED, d->snap_index, (uint64_t)rc);
     tk_driver_process(d, rc, &up);
+    /* The core asks once per applied index: a request that came during
+     * this cut is made now. Dropping it could stall a node for good: a
+     * follower whose log is at its bound takes no more entries, so its
+     * applied index, and the core's asking, would never move again. */
+    if (d->snap_again && !d->snap_busy) {
+        d->snap_again = false;
+        struct tk_raft_status st;
+        tk_raft_status(d->core, &st);
+        if (d->applied > st.snapshot_index)
+            request_snapshot(d, d->applied);
+    }
 }
 
 static void snapshot_part(struct tk_driver *d, const struct tk_msg_snap_part *part)

@@ -13,6 +13,12 @@
 
 #include "raft/raft.h"
 
+/* Peer-supplied terms and indexes above these are refused as malformed, so
+ * that no arithmetic on them (term + 1, index + 1, index + n) can wrap: a
+ * cluster never gets anywhere near 2^62 terms or entries. */
+#define RAFT_TERM_MAX (UINT64_MAX >> 2)
+#define RAFT_INDEX_MAX (UINT64_MAX >> 2)
+
 /* ------------------------------------------------------------------ */
 /* The log (log.c)                                                     */
 
@@ -78,9 +84,20 @@ struct raft_progress {
     bool paused;            /* PROBE: an Append is out; wait for a reply or heartbeat */
     uint64_t last_heard_us; /* last message from it in this term */
     uint64_t ack_seq;       /* highest heartbeat round it acknowledged */
-    uint64_t snap_index;    /* SNAPSHOT: the snapshot being sent */
-    uint64_t snap_offset;   /* SNAPSHOT: bytes acknowledged */
-    bool snap_waiting;      /* SNAPSHOT: a chunk is out */
+    /* SNAPSHOT (snapshot.c): chunks [snap_offset, snap_next) are out. */
+    uint64_t snap_index;      /* the snapshot being sent: r->snap or r->snap_old */
+    uint64_t snap_offset;     /* bytes the follower acknowledged */
+    uint64_t snap_next;       /* offset of the next chunk to send */
+    uint64_t snap_sent_max;   /* highest offset sent in this transfer */
+    bool snap_end_sent;       /* the chunk that ends the blob is out */
+    uint64_t snap_sent_us;    /* last chunk (or heartbeat) sent to it */
+    uint64_t snap_moved_us;   /* last time snap_offset advanced (or the window was resent) */
+    uint64_t snap_back_us;    /* last time the window was sent again */
+    uint64_t snap_resent_off; /* the chunk last sent again (UINT64_MAX: none) */
+    uint64_t snap_resent_us;  /* when */
+    uint64_t snap_rto_us;     /* resend timeout (0: not measured yet) */
+    uint64_t snap_rtt_off;    /* round-trip sample: the ack awaited (0: none) */
+    uint64_t snap_rtt_us;     /* when the sampled chunk first went out */
 };
 
 /* The node's latest snapshot: taken locally or installed from a leader. */
@@ -147,6 +164,10 @@ struct tk_raft {
     bool has_base_config;
 
     struct raft_snap snap;
+    /* Leader: an older snapshot pinned by a transfer that started with it
+     * (index 0: none). At most one is kept besides snap; it is dropped as
+     * soon as no transfer uses it (raft_snap_unpin). */
+    struct raft_snap snap_old;
     struct raft_incoming in;
     bool install_pending; /* report snap as installed in this update */
 
@@ -211,26 +232,51 @@ int raft_leader_append(struct tk_raft *r,
                        uint32_t token_count);
 void raft_replicate_all(struct tk_raft *r, bool heartbeat);
 void raft_send_append(struct tk_raft *r, int slot, bool heartbeat);
+/* An empty Append from the first entry in memory, to a follower being sent
+ * a snapshot: a heartbeat (election timer, check-quorum, read rounds). */
+void raft_send_heartbeat(struct tk_raft *r, int slot);
+/* Checks an Append before anything changes (term included): what the
+ * message says about itself and, from a leader of at least our term, what
+ * it says about our log (Election Safety, Log Matching at the committed
+ * prefix, the fencing counter). False: drop it as invalid. */
+bool raft_append_check(const struct tk_raft *r, const struct tk_raft_msg *m);
+/* Precondition: raft_append_check(r, m) passed, then the term update. */
 void raft_recv_append(struct tk_raft *r, const struct tk_raft_msg *m);
-void raft_recv_append_reply(struct tk_raft *r, const struct tk_raft_msg *m);
+/* Returns TK_OK, or TK_EPROTO for a reply that contradicts the leader's
+ * log (nothing changed then). */
+int raft_recv_append_reply(struct tk_raft *r, const struct tk_raft_msg *m);
 void raft_leader_commit(struct tk_raft *r);
 /* A follower acknowledged entries up to match: advance, commit, transfer. */
 void raft_leader_progress(struct tk_raft *r, int slot, uint64_t match);
 /* Sends TimeoutNow once the transfer target has every entry. */
 void raft_transfer_maybe_send(struct tk_raft *r, int slot);
+/* Another node claims to lead our current term, which Election Safety
+ * rules out: its Append or Snapshot is refused. */
+bool raft_other_leader(const struct tk_raft *r, const struct tk_raft_msg *m);
 /* A leader of the current term spoke (Append or Snapshot): follow it. */
 void raft_follow_leader(struct tk_raft *r, uint64_t leader);
 
 /* snapshot.c */
 int raft_snapshot_taken(struct tk_raft *r, uint64_t index, uint8_t *data, size_t len);
 void raft_snapshot_maybe_ask(struct tk_raft *r, struct tk_raft_update *up);
-void raft_send_snapshot_chunk(struct tk_raft *r, int slot);
+/* Sends chunks of the follower's snapshot while its window has room. On
+ * a heartbeat, first: the window again from the acknowledged offset if no
+ * ack moved it for the resend timeout, else a heartbeat Append if nothing
+ * went to the follower for a heartbeat. */
+void raft_send_snapshot(struct tk_raft *r, int slot, bool heartbeat);
+/* Like raft_append_check, for a Snapshot chunk. */
+bool raft_snapshot_check(const struct tk_raft *r, const struct tk_raft_msg *m);
+/* Precondition: raft_snapshot_check(r, m) passed, then the term update. */
 void raft_recv_snapshot(struct tk_raft *r, const struct tk_raft_msg *m);
-void raft_recv_snapshot_reply(struct tk_raft *r, const struct tk_raft_msg *m);
+/* Returns TK_OK, or TK_EPROTO for a reply that claims more than was sent. */
+int raft_recv_snapshot_reply(struct tk_raft *r, const struct tk_raft_msg *m);
+/* Drops the pinned older snapshot once no transfer uses it. */
+void raft_snap_unpin(struct tk_raft *r);
 void raft_snap_free(struct raft_snap *s);
 void raft_incoming_free(struct raft_incoming *in);
-/* Drops log entries no longer needed: at most the snapshot index minus the
- * trailing margin, never above the applied index. */
+/* Drops log entries no longer needed: up to the snapshot index minus the
+ * trailing margin (bounded in entries and bytes, see raft.h), never above
+ * the applied index. */
 void raft_log_trim(struct tk_raft *r);
 
 /* leader.c */

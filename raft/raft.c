@@ -81,6 +81,7 @@ void tk_raft_destroy(struct tk_raft *r)
         return;
     raft_log_free(&r->log);
     raft_snap_free(&r->snap);
+    raft_snap_free(&r->snap_old);
     raft_incoming_free(&r->in);
     raft_out_free(&r->out);
     free(r->reads);
@@ -260,10 +261,39 @@ static bool msg_type_core(uint8_t type)
     return type >= TK_RAFT_MSG_PREVOTE && type <= TK_RAFT_MSG_TIMEOUT_NOW;
 }
 
+/* What a message says, checked before it changes anything (the term
+ * included): an authenticated peer may still be buggy, and its bytes must
+ * cost the message, never the node. Values that only matter once the
+ * message is known to be current (replies) are checked by the handlers,
+ * still before they change anything. */
+static bool msg_check(const struct tk_raft *r, const struct tk_raft_msg *m)
+{
+    /* Every core message comes from a node that joined a term. */
+    if (m->term == 0 || m->term > RAFT_TERM_MAX)
+        return false;
+    switch (m->type) {
+        case TK_RAFT_MSG_PREVOTE:
+        case TK_RAFT_MSG_VOTE:
+            /* A log ends at or below its owner's term; an empty one at 0. */
+            return m->vote.last_index <= RAFT_INDEX_MAX && m->vote.last_term <= m->term &&
+                   (m->vote.last_index == 0) == (m->vote.last_term == 0);
+        case TK_RAFT_MSG_APPEND:
+            return raft_append_check(r, m);
+        case TK_RAFT_MSG_APPEND_REPLY:
+            return m->append_reply.index <= RAFT_INDEX_MAX;
+        case TK_RAFT_MSG_SNAPSHOT:
+            return raft_snapshot_check(r, m);
+        case TK_RAFT_MSG_SNAPSHOT_REPLY:
+            return m->snapshot_reply.index <= RAFT_INDEX_MAX;
+        default:
+            return true;
+    }
+}
+
 static int on_receive(struct tk_raft *r, const struct tk_raft_msg *m)
 {
     if (!msg_type_core(m->type) || m->from == 0 || m->from == r->id ||
-        (m->to != 0 && m->to != r->id)) {
+        (m->to != 0 && m->to != r->id) || !msg_check(r, m)) {
         r->metrics.messages_invalid++;
         return TK_EPROTO;
     }
@@ -287,6 +317,7 @@ static int on_receive(struct tk_raft *r, const struct tk_raft_msg *m)
                            m->type == TK_RAFT_MSG_TIMEOUT_NOW;
         raft_become_follower(r, m->term, from_leader ? m->from : 0);
     }
+    int rv = TK_OK;
     switch (m->type) {
         case TK_RAFT_MSG_VOTE_REPLY:
             raft_recv_vote_reply(r, m);
@@ -296,14 +327,14 @@ static int on_receive(struct tk_raft *r, const struct tk_raft_msg *m)
             break;
         case TK_RAFT_MSG_APPEND_REPLY:
             if (m->term == r->term)
-                raft_recv_append_reply(r, m);
+                rv = raft_recv_append_reply(r, m);
             break;
         case TK_RAFT_MSG_SNAPSHOT:
             raft_recv_snapshot(r, m);
             break;
         case TK_RAFT_MSG_SNAPSHOT_REPLY:
             if (m->term == r->term)
-                raft_recv_snapshot_reply(r, m);
+                rv = raft_recv_snapshot_reply(r, m);
             break;
         case TK_RAFT_MSG_TIMEOUT_NOW:
             raft_recv_timeout_now(r, m);
@@ -311,7 +342,9 @@ static int on_receive(struct tk_raft *r, const struct tk_raft_msg *m)
         default:
             TK_ASSERT(false);
     }
-    return TK_OK;
+    if (rv != TK_OK)
+        r->metrics.messages_invalid++;
+    return rv;
 }
 
 static int on_applied(struct tk_raft *r, uint64_t index)
@@ -394,6 +427,10 @@ int tk_raft_step(struct tk_raft *r, const struct tk_raft_event *ev, struct tk_ra
     TK_ASSERT(ev->now_us >= r->now_us);
     raft_log_gc(&r->log);
     raft_out_reset(&r->out);
+    /* At the start of a step, not at the end: the update of the step that
+     * ended a transfer may still point into its pinned blob (chunk data,
+     * config); it is dead now. */
+    raft_snap_unpin(r);
     memset(up, 0, sizeof(*up));
     r->install_pending = false;
     uint8_t role0 = r->role;

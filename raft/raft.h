@@ -301,22 +301,32 @@ struct tk_raft_msg {
 /* Options                                                             */
 
 struct tk_raft_options {
-    uint64_t id;                /* this node's NodeId, != 0 */
-    uint64_t seed;              /* PRNG seed (election timeouts) */
-    uint64_t heartbeat_us;      /* default 100 ms */
-    uint64_t election_min_us;   /* default 2400 ms */
-    uint64_t election_max_us;   /* default 2500 ms */
-    uint64_t log_entries_max;   /* entries in memory; a leader refuses proposals past it */
-    uint64_t log_bytes_max;     /* data bytes in memory; likewise */
-    uint64_t snapshot_entries;  /* ask for a snapshot when this many applied entries follow the last
-                                   one */
-    uint64_t snapshot_bytes;    /* ... or this many data bytes */
-    uint64_t snapshot_trailing; /* entries kept before the snapshot index for slow followers */
+    uint64_t id;              /* this node's NodeId, != 0 */
+    uint64_t seed;            /* PRNG seed (election timeouts) */
+    uint64_t heartbeat_us;    /* default 100 ms */
+    uint64_t election_min_us; /* default 2400 ms */
+    uint64_t election_max_us; /* default 2500 ms */
+    uint64_t log_entries_max; /* entries in memory; a leader refuses proposals past it */
+    uint64_t log_bytes_max;   /* data bytes in memory; likewise */
+    /* Ask for a snapshot when this many applied entries follow the last
+     * one, or this many data bytes; and in any case at half of
+     * log_entries_max or log_bytes_max, so that the log can shrink before
+     * it reaches its bound. */
+    uint64_t snapshot_entries;
+    uint64_t snapshot_bytes;
+    /* Entries kept before the snapshot index, so that a follower just
+     * behind it catches up with Appends rather than a snapshot. Bounded as
+     * well by a quarter of log_entries_max, and in bytes by the smaller of
+     * a quarter of log_bytes_max and snapshot_bytes: large entries (1 MiB
+     * each, say) never keep the log near its bound after a snapshot. */
+    uint64_t snapshot_trailing;
     uint64_t snapshot_bytes_max;   /* largest snapshot a follower accepts */
     uint32_t snapshot_chunk_bytes; /* bytes per Snapshot frame */
     uint32_t append_bytes_max;     /* data bytes per Append frame (one entry may exceed it) */
-    uint64_t inflight_bytes_max;   /* bytes sent to one follower and not yet acknowledged */
-    uint32_t reads_max;            /* pending read barriers */
+    /* Bytes sent to one follower and not yet acknowledged: Append entries,
+     * or Snapshot chunks (at least one chunk), which are pipelined too. */
+    uint64_t inflight_bytes_max;
+    uint32_t reads_max; /* pending read barriers */
 };
 
 /* Fills the defaults: heartbeat 100 ms, election 2400-2500 ms (SPEC 8),
@@ -455,6 +465,7 @@ struct tk_raft_metrics {
     uint64_t snapshots_taken;
     uint64_t snapshots_sent; /* complete snapshots sent to followers */
     uint64_t snapshot_chunks_sent;
+    uint64_t snapshot_resends; /* chunks found missing and sent again (or a whole window) */
     uint64_t snapshots_installed;
     uint64_t messages_invalid;  /* messages dropped as malformed or out of place */
     uint64_t proposals_refused; /* log full, not leader, transfer running */
@@ -514,8 +525,13 @@ void tk_raft_destroy(struct tk_raft *r);
  *   TK_EINVAL      bad arguments (token_first != tk_raft_next_token(),
  *                  a change that breaks the config rules, a bootstrap on
  *                  a node that has state, a snapshot index out of range).
- *   TK_EPROTO      RECEIVE of a message the core drops as malformed or
- *                  not its own (JOIN/PROBE types); harmless, counted.
+ *   TK_EPROTO      RECEIVE of a message the core refuses: malformed (index
+ *                  gaps, tokens that do not continue the counter, a bad
+ *                  config, a chunk beyond its total, a term of 0...), out
+ *                  of place (a second leader in a term, a log that
+ *                  contradicts committed entries, a reply about what was
+ *                  never sent) or not its own (JOIN/PROBE types). Nothing
+ *                  changed, not even the term; counted in messages_invalid.
  * The update is reset at the start of every step. */
 int tk_raft_step(struct tk_raft *r, const struct tk_raft_event *ev, struct tk_raft_update *up);
 

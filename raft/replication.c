@@ -14,6 +14,13 @@
  * Follower side: Figure 2's receiver rules, plus: entries at or below the
  * follower's own snapshot are skipped (they are committed, hence equal),
  * and a follower out of memory stores a prefix and acknowledges only it.
+ * Before anything changes, raft_append_check() refuses what no correct
+ * leader sends: index gaps, terms going down, tokens that do not continue
+ * the counter (SPEC 7: each entry's token_first is the previous entry's
+ * token_first + token_count), configs that do not decode or belong to
+ * another domain, a second leader in one term, and a log that contradicts
+ * a committed entry. Such a message is dropped and counted; the node goes
+ * on (a peer's bug must not take it down).
  *
  * Commit (§5.3, §5.4.2): the leader advances commit to the highest index
  * stored on a majority of voters whose entry is of the current term.
@@ -100,9 +107,8 @@ void raft_send_append(struct tk_raft *r, int slot, bool heartbeat)
         TK_ASSERT(prev < r->log.first);
         TK_ASSERT(r->snap.index > 0);
         p->state = PROGRESS_SNAPSHOT;
-        p->snap_index = 0;
-        p->snap_waiting = false;
-        raft_send_snapshot_chunk(r, slot);
+        p->snap_index = 0; /* a new transfer, of the current snapshot */
+        raft_send_snapshot(r, slot, false);
         return;
     }
     /* A pipelined Append also stays within what the in-flight bound has
@@ -135,6 +141,22 @@ void raft_send_append(struct tk_raft *r, int slot, bool heartbeat)
         p->paused = true;
 }
 
+void raft_send_heartbeat(struct tk_raft *r, int slot)
+{
+    struct tk_raft_msg *m = raft_out_msg(r, TK_RAFT_MSG_APPEND, r->config.m[slot].id);
+    if (m == NULL)
+        return;
+    m->append.prev_index = r->log.first - 1;
+    m->append.prev_term = r->log.prev_term;
+    m->append.commit = r->commit;
+    m->append.seq = r->read_seq;
+    if (!raft_out_append_entries(r, m, r->log.first, 0)) {
+        r->out.n_msgs--; /* drop it: Raft tolerates a lost message */
+        return;
+    }
+    r->metrics.appends_sent++;
+}
+
 void raft_replicate_all(struct tk_raft *r, bool heartbeat)
 {
     TK_ASSERT(r->role == TK_RAFT_LEADER);
@@ -148,10 +170,7 @@ void raft_replicate_all(struct tk_raft *r, bool heartbeat)
         int slot = (int)i; /* < TK_RAFT_MEMBERS_MAX (8) */
         switch (p->state) {
             case PROGRESS_SNAPSHOT:
-                if (heartbeat)
-                    p->snap_waiting = false; /* resend the chunk that got no reply */
-                if (!p->snap_waiting)
-                    raft_send_snapshot_chunk(r, slot);
+                raft_send_snapshot(r, slot, heartbeat);
                 break;
             case PROGRESS_PROBE:
                 if (heartbeat)
@@ -197,16 +216,24 @@ static void reply_append(struct tk_raft *r,
     reply->append_reply.seq = m->append.seq;
 }
 
-/* Validates what a leader sent before anything is stored: the bytes came
- * from the network. Indexes follow prev_index, terms never decrease and
- * never exceed the message's term, tokens never go back. */
+/* What an Append says about itself: the bytes came from the network.
+ * Indexes follow prev_index, terms never decrease and never exceed the
+ * message's term, each entry's tokens continue the previous entry's, and
+ * CONFIG entries decode and stay in one domain. */
 static bool append_valid(const struct tk_raft *r, const struct tk_raft_msg *m)
 {
     uint64_t term = m->append.prev_term;
     uint64_t token = 0;
-    if (m->append.prev_index > UINT64_MAX - m->append.n - 1)
+    bool domain_known = r->has_config;
+    uint64_t domain_lo = r->config.domain_lo;
+    uint64_t domain_hi = r->config.domain_hi;
+    if (m->append.prev_index > RAFT_INDEX_MAX || m->append.prev_term > m->term)
         return false;
     if (m->append.n > 0 && m->append.entries == NULL)
+        return false;
+    /* Entry 1 is the bootstrap's CONFIG (SPEC 10), never compacted away
+     * while a leader sends from index 0. */
+    if (m->append.prev_index == 0 && m->append.n > 0 && m->append.entries[0].type != TK_RAFT_CONFIG)
         return false;
     for (uint32_t i = 0; i < m->append.n; i++) {
         const struct tk_raft_entry *e = &m->append.entries[i];
@@ -220,22 +247,96 @@ static bool append_valid(const struct tk_raft *r, const struct tk_raft_msg *m)
             return false;
         if (e->len > TK_RAFT_ENTRY_BYTES_MAX || (e->len > 0) != (e->data != NULL))
             return false;
-        if (e->token_first < token || e->token_first > UINT64_MAX - e->token_count)
+        if (e->token_first > UINT64_MAX - e->token_count)
+            return false;
+        if (i > 0 && e->token_first != token)
             return false;
         if (e->type == TK_RAFT_CONFIG) {
             struct tk_raft_config c;
             size_t used = 0;
             if (tk_raft_config_decode(e->data, e->len, &c, &used) != TK_OK || used != e->len)
                 return false;
-            if (r->has_config &&
-                (c.domain_lo != r->config.domain_lo || c.domain_hi != r->config.domain_hi))
+            /* One fencing domain per cluster, forever. */
+            if (domain_known && (c.domain_lo != domain_lo || c.domain_hi != domain_hi))
                 return false;
+            domain_known = true;
+            domain_lo = c.domain_lo;
+            domain_hi = c.domain_hi;
         }
         term = e->term;
         token = tk_raft_entry_token_next(e);
     }
-    if (m->append.prev_term > m->term)
+    return true;
+}
+
+bool raft_other_leader(const struct tk_raft *r, const struct tk_raft_msg *m)
+{
+    return m->term == r->term &&
+           (r->role == TK_RAFT_LEADER || (r->leader_id != 0 && r->leader_id != m->from));
+}
+
+/* The fencing counter after index, which is in memory or first - 1. */
+static uint64_t token_after(const struct tk_raft *r, uint64_t index)
+{
+    const struct tk_raft_entry *e = raft_log_get(&r->log, index);
+    return e != NULL ? tk_raft_entry_token_next(e) : r->log.prev_token_next;
+}
+
+bool raft_append_check(const struct tk_raft *r, const struct tk_raft_msg *m)
+{
+    if (!append_valid(r, m))
         return false;
+    if (m->term < r->term)
+        return true; /* only answered with our term */
+    if (raft_other_leader(r, m))
+        return false; /* Election Safety: one leader per term */
+    /* Walk the message the way raft_recv_append() and append_store() will,
+     * and refuse where they would have to break a committed entry. */
+    uint64_t prev = m->append.prev_index;
+    const struct tk_raft_entry *ents = m->append.entries;
+    uint32_t n = m->append.n;
+    uint64_t base = r->log.first - 1; /* everything up to here is committed */
+    bool skipped = false;
+    if (prev < base) {
+        uint64_t skip = base - prev;
+        if (skip >= n)
+            return true;
+        /* Log Matching for committed entries: its entry at base is ours. */
+        const struct tk_raft_entry *at_base = &ents[skip - 1];
+        if (at_base->term != r->log.prev_term ||
+            tk_raft_entry_token_next(at_base) != r->log.prev_token_next)
+            return false;
+        ents += skip;
+        n -= (uint32_t)skip; /* skip < n, checked above */
+        prev = base;
+        skipped = true;
+    }
+    uint64_t last = raft_log_last(&r->log);
+    if (prev > last)
+        return true; /* rejected with a hint */
+    bool known = false;
+    uint64_t t = raft_log_term(&r->log, prev, &known);
+    TK_ASSERT(known); /* first - 1 <= prev <= last */
+    if (!skipped && t != m->append.prev_term)
+        return prev > r->commit; /* a committed entry of another term: no leader's log */
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t index = prev + 1 + i;
+        const struct tk_raft_entry *e = &ents[i];
+        const struct tk_raft_entry *have = raft_log_get(&r->log, index);
+        if (have != NULL && have->term == e->term) {
+            /* Log Matching: same index and term, same entry. */
+            if (have->type != e->type || have->token_first != e->token_first ||
+                have->token_count != e->token_count || have->len != e->len)
+                return false;
+            continue;
+        }
+        if (have != NULL && index <= r->commit)
+            return false; /* would overwrite a committed entry */
+        /* The first entry stored continues the counter of the entry before
+         * it, which is ours and matches (entry 1 starts the counter). */
+        uint64_t before = i == 0 ? token_after(r, prev) : tk_raft_entry_token_next(&ents[i - 1]);
+        return index == 1 || e->token_first == before;
+    }
     return true;
 }
 
@@ -289,7 +390,8 @@ static uint64_t append_store(struct tk_raft *r,
                 continue;
             }
             /* A conflict: never below commit (Log Matching + Leader
-             * Completeness), so never below what was applied. */
+             * Completeness, checked by raft_append_check), so never below
+             * what was applied. */
             TK_ASSERT(index > r->commit);
             raft_log_truncate(&r->log, index);
             /* The config in effect came from a dropped entry: fall back. */
@@ -298,12 +400,6 @@ static uint64_t append_store(struct tk_raft *r,
         }
         if (!log_has_room(r, e->len))
             break;
-        if (e->token_first < raft_log_token_next(&r->log)) {
-            /* A correct leader's entry continues our counter (the prefix
-             * matches); refuse rather than trip the log's assertion. */
-            r->metrics.messages_invalid++;
-            break;
-        }
         uint8_t *data = NULL;
         if (e->len > 0) {
             data = malloc(e->len);
@@ -333,10 +429,6 @@ void raft_recv_append(struct tk_raft *r, const struct tk_raft_msg *m)
         return;
     }
     TK_ASSERT(m->term == r->term);
-    if (!append_valid(r, m)) {
-        r->metrics.messages_invalid++;
-        return;
-    }
     follow(r, m->from);
 
     uint64_t prev = m->append.prev_index;
@@ -351,7 +443,7 @@ void raft_recv_append(struct tk_raft *r, const struct tk_raft_msg *m)
             return;
         }
         /* Log Matching for committed entries: the leader's entry at base
-         * is ours. */
+         * is ours (raft_append_check). */
         TK_ASSERT(ents[skip - 1].term == r->log.prev_term);
         ents += skip;
         n -= (uint32_t)skip; /* skip < n, checked above */
@@ -367,7 +459,7 @@ void raft_recv_append(struct tk_raft *r, const struct tk_raft_msg *m)
     uint64_t t = raft_log_term(&r->log, prev, &known);
     TK_ASSERT(known);
     if (t != prev_term) {
-        TK_ASSERT(prev > r->commit);
+        TK_ASSERT(prev > r->commit); /* raft_append_check */
         /* Skip the whole conflicting term in one round trip (§5.3). */
         uint64_t hint = prev;
         while (hint - 1 > r->commit && hint - 1 >= r->log.first &&
@@ -413,42 +505,51 @@ void raft_leader_progress(struct tk_raft *r, int slot, uint64_t match)
     raft_transfer_maybe_send(r, slot);
 }
 
-void raft_recv_append_reply(struct tk_raft *r, const struct tk_raft_msg *m)
+int raft_recv_append_reply(struct tk_raft *r, const struct tk_raft_msg *m)
 {
     if (r->role != TK_RAFT_LEADER)
-        return;
+        return TK_OK;
     int slot = raft_member_slot(r, m->from);
     if (slot < 0 || m->from == r->id)
-        return;
+        return TK_OK;
     struct raft_progress *p = &r->prog[slot];
     uint64_t last = raft_log_last(&r->log);
-    if (m->append_reply.seq > r->read_seq || m->append_reply.index > last) {
-        r->metrics.messages_invalid++;
-        return;
-    }
+    if (m->append_reply.seq > r->read_seq || m->append_reply.index > last)
+        return TK_EPROTO; /* a round or entries this leader never sent */
     p->last_heard_us = r->now_us;
     if (m->append_reply.seq > p->ack_seq)
         p->ack_seq = m->append_reply.seq;
     if (p->state == PROGRESS_SNAPSHOT)
-        return; /* the snapshot reply moves it on */
+        return TK_OK; /* the snapshot reply moves it on */
     if (m->append_reply.success) {
-        if (p->state == PROGRESS_PROBE && m->append_reply.index >= p->match) {
-            p->state = PROGRESS_REPLICATE;
-            p->paused = false;
-            p->next = TK_MAX(p->next, m->append_reply.index + 1);
+        uint64_t index = m->append_reply.index;
+        if (p->state == PROGRESS_PROBE && index >= p->match) {
+            if (index > p->match || index == last) {
+                p->state = PROGRESS_REPLICATE;
+                p->paused = false;
+                p->next = TK_MAX(p->next, index + 1);
+            } else {
+                /* It took none of what we sent: its log has no room
+                 * until it compacts. Pipelining now would only draw a
+                 * reject per Append and a new probe per reject, growing
+                 * the traffic every round trip: probe again at the next
+                 * heartbeat instead. */
+                p->paused = true;
+            }
         }
-        raft_leader_progress(r, slot, m->append_reply.index);
-        return;
+        raft_leader_progress(r, slot, index);
+        return TK_OK;
     }
     uint64_t rejected = m->append_reply.index;
     if (rejected <= p->match)
-        return; /* stale: that prefix matched since */
+        return TK_OK; /* stale: that prefix matched since */
     if (p->state == PROGRESS_PROBE && rejected != p->next - 1)
-        return; /* stale probe */
+        return TK_OK; /* stale probe */
     uint64_t next = TK_MIN(rejected, TK_MAX(m->append_reply.hint, 1));
     p->next = TK_MAX(next, p->match + 1);
     p->state = PROGRESS_PROBE;
     p->paused = false;
+    return TK_OK;
 }
 
 static int cmp_desc(const void *a, const void *b)

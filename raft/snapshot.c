@@ -10,11 +10,39 @@
  * Chunks join only if they come from the same leader and term: two nodes
  * may serialize the same state differently.
  *
- * Transfer is stop-and-wait per follower: one chunk out, the reply says
- * how many bytes arrived, the next chunk follows; a chunk without a reply
- * is resent at the next heartbeat. A follower that is sent a newer
- * snapshot, or a chunk at an offset it did not expect, says where it
- * stands and the leader continues from there.
+ * Transfer, leader side, per follower: a window of chunks. Chunks go out
+ * back to back while the bytes sent and not yet acknowledged stay under
+ * inflight_bytes_max (at least one chunk), the bound Appends use; every
+ * reply says how many bytes arrived in order and slides the window. The
+ * follower takes only the chunk at the offset it expects, so a lost,
+ * duplicated or reordered chunk shows up as a reply that stays at an
+ * offset the leader sent past: the chunks after it that arrived first were
+ * dropped, so the leader sends the window again from there, or, if it did
+ * so less than a resend timeout ago, just the missing chunk (once per
+ * offset and timeout; the next gap, if any, shows the same way). When no
+ * reply moved the window for a resend timeout (checked at heartbeats:
+ * twice the last measured round trip, doubled at each expiry), the whole
+ * window goes again from the acknowledged offset.
+ * While the window waits, a heartbeat Append keeps the follower's election
+ * timer and our check-quorum fed; its reply is an AppendReply, so it never
+ * reads as a chunk ack. Peer links are TCP streams: chunks go missing only
+ * with a connection, and they never arrive out of order (the simulator
+ * reorders them, which costs a round trip per chunk out of place).
+ *
+ * A transfer keeps the blob it started with until it completes: taking a
+ * newer snapshot while a transfer runs pins the older blob (snap_old)
+ * instead of freeing it, so a follower that needs longer than the snapshot
+ * interval still gets a whole snapshot. Memory stays bounded: one pinned
+ * blob at most besides the current one. If the current blob is in use too
+ * when yet another snapshot is taken, the pinned transfer keeps its blob
+ * (transfers finish in the order they started) and the followers on the
+ * middle one start over with the newest; unless no follower on the pinned
+ * blob was heard from for an election timeout: a crashed follower must
+ * not hold the pin that live ones need.
+ *
+ * Follower side: a chunk is checked before anything changes (raft.c calls
+ * raft_snapshot_check first), chunks join only at the expected offset, and
+ * a late chunk of a snapshot the same leader replaced is ignored.
  */
 #include "raft/internal.h"
 
@@ -37,13 +65,32 @@ void raft_log_trim(struct tk_raft *r)
 {
     if (r->snap.index == 0)
         return;
-    uint64_t keep = r->opt.snapshot_trailing;
-    uint64_t to = r->snap.index > keep ? r->snap.index - keep : 0;
     /* Never drop what the driver has not applied yet. */
     TK_ASSERT(r->snap.index <= r->applied);
-    if (to < r->log.first || r->log.n == 0)
+    if (r->log.n == 0 || r->snap.index < r->log.first)
         return;
-    to = TK_MIN(to, raft_log_last(&r->log));
+    /* The trailing entries let a follower just behind the snapshot catch up
+     * with Appends. They are bounded in entries and in bytes (raft.h): by
+     * count alone, 1024 entries of 1 MiB would fill the 1 GiB log bound,
+     * and the leader would refuse every proposal forever. */
+    uint64_t keep = TK_MIN(r->opt.snapshot_trailing, r->opt.log_entries_max / 4);
+    uint64_t bytes_max = TK_MIN(r->opt.log_bytes_max / 4, r->opt.snapshot_bytes);
+    uint64_t end = raft_log_cum(&r->log, r->snap.index);
+    /* The lowest `to` that keeps at most `keep` entries and `bytes_max`
+     * bytes after it: cum_bytes grows along the log, so bisect. */
+    uint64_t lo = r->snap.index > keep ? r->snap.index - keep : 0;
+    lo = TK_MAX(lo, r->log.first - 1);
+    uint64_t hi = r->snap.index;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (end - raft_log_cum(&r->log, mid) <= bytes_max)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    uint64_t to = lo;
+    if (to < r->log.first)
+        return;
     raft_config_at(r, to, &r->base_config);
     r->has_base_config = true;
     raft_log_compact(&r->log, to);
@@ -55,11 +102,45 @@ void raft_snapshot_maybe_ask(struct tk_raft *r, struct tk_raft_update *up)
         return;
     uint64_t entries = r->applied - r->snap.index;
     uint64_t bytes = raft_log_cum(&r->log, r->applied) - raft_log_cum(&r->log, r->snap.index);
-    if (entries < r->opt.snapshot_entries && bytes < r->opt.snapshot_bytes)
+    /* Also at half the log bounds, so that the log can shrink before a
+     * leader has to refuse proposals, whatever the options say. */
+    uint64_t entries_max = TK_MIN(r->opt.snapshot_entries, r->opt.log_entries_max / 2);
+    uint64_t bytes_max = TK_MIN(r->opt.snapshot_bytes, r->opt.log_bytes_max / 2);
+    if (entries < entries_max && bytes < bytes_max)
         return;
     r->snapshot_asked_index = r->applied;
     up->flags |= TK_RAFT_UPDATE_SNAPSHOT_WANTED;
     up->snapshot_index = r->applied;
+}
+
+/* Whether a transfer to some follower sends the snapshot at index; with
+ * `live`, to a follower heard from within an election timeout (a crashed
+ * or cut-off follower must not keep its blob from the live ones). */
+static bool snap_in_use(const struct tk_raft *r, uint64_t index, bool live)
+{
+    if (r->role != TK_RAFT_LEADER || index == 0)
+        return false;
+    for (uint32_t i = 0; i < r->config.n; i++) {
+        const struct raft_progress *p = &r->prog[i];
+        if (r->config.m[i].id == r->id || p->state != PROGRESS_SNAPSHOT || p->snap_index != index)
+            continue;
+        if (!live || r->now_us - p->last_heard_us < r->opt.election_min_us)
+            return true;
+    }
+    return false;
+}
+
+/* Chunks of a dropped blob may sit in this step's update: free it later. */
+static void snap_discard(struct tk_raft *r, struct raft_snap *s)
+{
+    raft_log_discard(&r->log, s->data);
+    memset(s, 0, sizeof(*s));
+}
+
+void raft_snap_unpin(struct tk_raft *r)
+{
+    if (r->snap_old.index != 0 && !snap_in_use(r, r->snap_old.index, false))
+        snap_discard(r, &r->snap_old);
 }
 
 int raft_snapshot_taken(struct tk_raft *r, uint64_t index, uint8_t *data, size_t len)
@@ -77,8 +158,16 @@ int raft_snapshot_taken(struct tk_raft *r, uint64_t index, uint8_t *data, size_t
     uint64_t token_next = e != NULL ? tk_raft_entry_token_next(e) : r->log.prev_token_next;
     struct tk_raft_config config;
     raft_config_at(r, index, &config);
-    /* Chunks of the old snapshot may sit in this step's update. */
-    raft_log_discard(&r->log, r->snap.data);
+    /* A transfer that started with the current blob keeps it (pinned),
+     * unless the one older blob allowed is in use by a live follower as
+     * well: then that transfer keeps its blob (transfers finish in the
+     * order they started), and the others start over with this one. */
+    if (snap_in_use(r, r->snap.index, false) && !snap_in_use(r, r->snap_old.index, true)) {
+        snap_discard(r, &r->snap_old);
+        r->snap_old = r->snap;
+    } else {
+        raft_log_discard(&r->log, r->snap.data); /* chunks may sit in this step's update */
+    }
     r->snap.index = index;
     r->snap.term = term;
     r->snap.token_next = token_next;
@@ -92,33 +181,106 @@ int raft_snapshot_taken(struct tk_raft *r, uint64_t index, uint8_t *data, size_t
     return TK_OK;
 }
 
-void raft_send_snapshot_chunk(struct tk_raft *r, int slot)
+/* The blob a transfer sends, or NULL if it gave way to a newer one. */
+static const struct raft_snap *snap_of(const struct tk_raft *r, uint64_t index)
+{
+    if (index == 0)
+        return NULL;
+    if (index == r->snap.index)
+        return &r->snap;
+    if (index == r->snap_old.index)
+        return &r->snap_old;
+    return NULL;
+}
+
+/* Twice the last round trip measured (at least a heartbeat), doubled at
+ * each expiry; two heartbeats until measured. */
+static uint64_t snap_rto(const struct tk_raft *r, const struct raft_progress *p)
+{
+    return p->snap_rto_us != 0 ? p->snap_rto_us : 2 * r->opt.heartbeat_us;
+}
+
+/* Sends the chunk of s at offset to the follower in slot; returns its
+ * length, or -1 if the message could not be allocated (lost like a
+ * dropped one: the resend timeout covers it). */
+static int64_t snap_send_chunk(struct tk_raft *r,
+                               int slot,
+                               const struct raft_snap *s,
+                               uint64_t offset)
+{
+    TK_ASSERT(offset <= s->len);
+    /* At most snapshot_chunk_bytes, a uint32_t: fits. */
+    uint32_t len = (uint32_t)TK_MIN(s->len - offset, (uint64_t)r->opt.snapshot_chunk_bytes);
+    struct tk_raft_msg *m = raft_out_msg(r, TK_RAFT_MSG_SNAPSHOT, r->config.m[slot].id);
+    if (m == NULL)
+        return -1;
+    m->snapshot.index = s->index;
+    m->snapshot.term = s->term;
+    m->snapshot.token_next = s->token_next;
+    m->snapshot.total = s->len;
+    m->snapshot.offset = offset;
+    m->snapshot.len = len;
+    m->snapshot.data = len > 0 ? s->data + offset : NULL;
+    m->snapshot.config = &s->config;
+    r->prog[slot].snap_sent_us = r->now_us;
+    r->metrics.snapshot_chunks_sent++;
+    return len;
+}
+
+void raft_send_snapshot(struct tk_raft *r, int slot, bool heartbeat)
 {
     struct raft_progress *p = &r->prog[slot];
     TK_ASSERT(p->state == PROGRESS_SNAPSHOT);
     TK_ASSERT(r->snap.index > 0);
-    if (p->snap_index != r->snap.index) {
-        /* A newer snapshot replaced the one being sent: start over. */
-        p->snap_index = r->snap.index;
+    const struct raft_snap *s = snap_of(r, p->snap_index);
+    bool out = p->snap_end_sent || p->snap_next > p->snap_offset;
+    if (s == NULL) {
+        /* A new transfer, or its blob gave way: send the current one. */
+        s = &r->snap;
+        p->snap_index = s->index;
         p->snap_offset = 0;
+        p->snap_next = 0;
+        p->snap_sent_max = 0;
+        p->snap_end_sent = false;
+        p->snap_moved_us = r->now_us;
+        p->snap_back_us = 0;
+        p->snap_resent_off = UINT64_MAX;
+        p->snap_rtt_off = 0;
+    } else if (heartbeat && out && r->now_us - p->snap_moved_us >= snap_rto(r, p)) {
+        /* Nothing moved for a timeout: whatever is out was lost (a link
+         * that went down, say). Send the window again. */
+        p->snap_rto_us = TK_MIN(2 * snap_rto(r, p), r->opt.election_max_us);
+        p->snap_next = p->snap_offset;
+        p->snap_end_sent = false;
+        p->snap_moved_us = r->now_us;
+        p->snap_back_us = r->now_us;
+        r->metrics.snapshot_resends++;
+    } else if (heartbeat && r->now_us - p->snap_sent_us >= r->opt.heartbeat_us) {
+        /* Nothing went to the follower for a heartbeat: the window waits
+         * for acks. */
+        raft_send_heartbeat(r, slot);
+        p->snap_sent_us = r->now_us;
     }
-    TK_ASSERT(p->snap_offset <= r->snap.len);
-    uint64_t left = r->snap.len - p->snap_offset;
-    /* At most snapshot_chunk_bytes, a uint32_t: fits. */
-    uint32_t len = (uint32_t)TK_MIN(left, (uint64_t)r->opt.snapshot_chunk_bytes);
-    struct tk_raft_msg *m = raft_out_msg(r, TK_RAFT_MSG_SNAPSHOT, r->config.m[slot].id);
-    if (m == NULL)
-        return;
-    m->snapshot.index = r->snap.index;
-    m->snapshot.term = r->snap.term;
-    m->snapshot.token_next = r->snap.token_next;
-    m->snapshot.total = r->snap.len;
-    m->snapshot.offset = p->snap_offset;
-    m->snapshot.len = len;
-    m->snapshot.data = len > 0 ? r->snap.data + p->snap_offset : NULL;
-    m->snapshot.config = &r->snap.config;
-    p->snap_waiting = true;
-    r->metrics.snapshot_chunks_sent++;
+    TK_ASSERT(p->snap_offset <= p->snap_next);
+    TK_ASSERT(p->snap_next <= s->len);
+    uint64_t window = TK_MAX(r->opt.inflight_bytes_max, (uint64_t)r->opt.snapshot_chunk_bytes);
+    while (!p->snap_end_sent && p->snap_next - p->snap_offset < window) {
+        int64_t len = snap_send_chunk(r, slot, s, p->snap_next);
+        if (len < 0)
+            return;
+        p->snap_next += (uint64_t)len;
+        if (p->snap_next > p->snap_sent_max) {
+            /* Sent for the first time: its ack may time the round trip.
+             * An ack past it cannot come sooner than one round trip after
+             * this, so the sample never underestimates. */
+            if (p->snap_rtt_off == 0) {
+                p->snap_rtt_off = p->snap_next;
+                p->snap_rtt_us = r->now_us;
+            }
+            p->snap_sent_max = p->snap_next;
+        }
+        p->snap_end_sent = p->snap_next == s->len;
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -137,10 +299,14 @@ static void reply_snapshot(struct tk_raft *r,
     reply->snapshot_reply.done = done;
 }
 
+/* What a chunk says about itself. The wire decoder checked the same
+ * bounds, but the core takes messages from any driver. */
 static bool snapshot_valid(const struct tk_raft *r, const struct tk_raft_msg *m)
 {
     const struct tk_raft_config *c = m->snapshot.config;
-    if (m->snapshot.index == 0 || m->snapshot.term == 0 || m->snapshot.term > m->term)
+    if (m->snapshot.index == 0 || m->snapshot.index > RAFT_INDEX_MAX)
+        return false;
+    if (m->snapshot.term == 0 || m->snapshot.term > m->term)
         return false;
     if (m->snapshot.total > r->opt.snapshot_bytes_max || m->snapshot.offset > m->snapshot.total)
         return false;
@@ -154,6 +320,23 @@ static bool snapshot_valid(const struct tk_raft *r, const struct tk_raft_msg *m)
         (c->domain_lo != r->config.domain_lo || c->domain_hi != r->config.domain_hi))
         return false;
     return true;
+}
+
+bool raft_snapshot_check(const struct tk_raft *r, const struct tk_raft_msg *m)
+{
+    if (!snapshot_valid(r, m))
+        return false;
+    if (m->term < r->term)
+        return true; /* only answered with our term */
+    if (raft_other_leader(r, m))
+        return false;
+    if (m->snapshot.index <= r->commit)
+        return true; /* covered: acknowledged as done */
+    /* SPEC 7: the fencing counter never goes back, so a snapshot past our
+     * commit index continues the tokens of our committed entries. */
+    const struct tk_raft_entry *e = raft_log_get(&r->log, r->commit);
+    uint64_t token = e != NULL ? tk_raft_entry_token_next(e) : r->log.prev_token_next;
+    return m->snapshot.token_next >= token;
 }
 
 /* The last chunk arrived: replace the log and the state machine. */
@@ -202,10 +385,6 @@ void raft_recv_snapshot(struct tk_raft *r, const struct tk_raft_msg *m)
         return;
     }
     TK_ASSERT(m->term == r->term);
-    if (!snapshot_valid(r, m)) {
-        r->metrics.messages_invalid++;
-        return;
-    }
     raft_follow_leader(r, m->from);
     if (m->snapshot.index <= r->commit) {
         /* Everything it covers is committed here already. */
@@ -215,8 +394,15 @@ void raft_recv_snapshot(struct tk_raft *r, const struct tk_raft_msg *m)
         return;
     }
     struct raft_incoming *in = &r->in;
-    if (in->index != m->snapshot.index || in->term != m->snapshot.term ||
-        in->total != m->snapshot.total || in->from != m->from || in->msg_term != m->term) {
+    bool same_leader = in->index != 0 && in->from == m->from && in->msg_term == m->term;
+    if (same_leader && m->snapshot.index < in->index) {
+        /* A leader moves a follower only to newer snapshots: this chunk is
+         * a late one of a transfer it replaced; keep the newer one. */
+        reply_snapshot(r, m, 0, false);
+        return;
+    }
+    if (!same_leader || in->index != m->snapshot.index || in->term != m->snapshot.term ||
+        in->total != m->snapshot.total) {
         if (m->snapshot.offset != 0) {
             reply_snapshot(r, m, 0, false);
             return;
@@ -250,36 +436,74 @@ void raft_recv_snapshot(struct tk_raft *r, const struct tk_raft_msg *m)
 /* ------------------------------------------------------------------ */
 /* Leader                                                              */
 
-void raft_recv_snapshot_reply(struct tk_raft *r, const struct tk_raft_msg *m)
+int raft_recv_snapshot_reply(struct tk_raft *r, const struct tk_raft_msg *m)
 {
     if (r->role != TK_RAFT_LEADER)
-        return;
+        return TK_OK;
     int slot = raft_member_slot(r, m->from);
     if (slot < 0 || m->from == r->id)
-        return;
+        return TK_OK;
     struct raft_progress *p = &r->prog[slot];
-    p->last_heard_us = r->now_us;
     if (m->snapshot_reply.done) {
         /* It holds everything up to that index: its log matches there. */
         uint64_t index = m->snapshot_reply.index;
-        if (index > raft_log_last(&r->log)) {
-            r->metrics.messages_invalid++;
-            return;
-        }
+        if (index > raft_log_last(&r->log))
+            return TK_EPROTO;
+        p->last_heard_us = r->now_us;
         if (p->state == PROGRESS_SNAPSHOT && index >= p->snap_index) {
             r->metrics.snapshots_sent++;
             p->state = PROGRESS_PROBE;
             p->paused = false;
-            p->snap_waiting = false;
             p->next = index + 1;
         }
         raft_leader_progress(r, slot, index);
-        return;
+        return TK_OK;
     }
-    if (p->state != PROGRESS_SNAPSHOT || m->snapshot_reply.index != p->snap_index)
-        return;
-    p->snap_waiting = false;
-    if (p->snap_index != r->snap.index)
-        return; /* the next chunk goes out with the new snapshot, from 0 */
-    p->snap_offset = TK_MIN(m->snapshot_reply.offset, (uint64_t)r->snap.len);
+    const struct raft_snap *s = snap_of(r, p->snap_index);
+    bool current =
+        p->state == PROGRESS_SNAPSHOT && s != NULL && m->snapshot_reply.index == p->snap_index;
+    uint64_t off = m->snapshot_reply.offset;
+    if (current && off > s->len)
+        return TK_EPROTO; /* more bytes than the blob has */
+    p->last_heard_us = r->now_us;
+    if (!current)
+        return TK_OK; /* about a transfer that is over */
+    if (off > p->snap_offset) {
+        if (p->snap_rtt_off != 0 && off >= p->snap_rtt_off) {
+            uint64_t rtt = r->now_us - p->snap_rtt_us;
+            p->snap_rto_us = TK_MAX(TK_MIN(2 * rtt, r->opt.election_max_us), r->opt.heartbeat_us);
+            p->snap_rtt_off = 0;
+        }
+        p->snap_offset = off;
+        p->snap_moved_us = r->now_us;
+        if (p->snap_next < off)
+            p->snap_next = off; /* acks of chunks sent before the window was resent */
+        return TK_OK;
+    }
+    uint64_t rto = snap_rto(r, p);
+    if (off != p->snap_offset || !(p->snap_end_sent || p->snap_next > off))
+        return TK_OK;
+    /* A chunk after `off` arrived and `off` did not move: the chunk at
+     * `off` was lost or comes late, and the ones after it that arrived
+     * first were dropped (a follower takes chunks in order only). */
+    if (r->now_us - p->snap_back_us >= rto) {
+        /* Send the window again from there (at most once per timeout:
+         * the duplicates it makes answer with offsets that do not move
+         * either). */
+        p->snap_next = off;
+        p->snap_end_sent = false;
+        p->snap_back_us = r->now_us;
+        p->snap_resent_off = off;
+        p->snap_resent_us = r->now_us;
+        r->metrics.snapshot_resends++;
+    } else if (off != p->snap_resent_off || r->now_us - p->snap_resent_us >= rto) {
+        /* In between, the one chunk, once per offset and timeout (the
+         * dropped chunks all answer with the same offset). */
+        if (snap_send_chunk(r, slot, s, off) >= 0) {
+            p->snap_resent_off = off;
+            p->snap_resent_us = r->now_us;
+            r->metrics.snapshot_resends++;
+        }
+    }
+    return TK_OK;
 }

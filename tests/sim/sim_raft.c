@@ -1,5 +1,7 @@
-/* Deterministic simulation of a Raft cluster of 3 or 5 nodes, with one
- * lock table per node, under random faults (tests/support/sim_cluster.h).
+/* Deterministic simulation of a Raft cluster of 3 or 5 nodes under random
+ * faults (tests/support/sim_cluster.h); in 3 seeds of 4 every node runs the
+ * production node code, its Raft driver and 1..4 shards, with clients
+ * (tests/support/sim_node.h).
  *
  * Per seed: a cluster bootstraps, then random events run for a budget of
  * steps: client requests, proposals, read barriers, leadership transfers,
@@ -12,18 +14,27 @@
  * Checked after every step by the harness: Election Safety, Log Matching,
  * Leader Completeness, State Machine Safety, commit monotonic, tokens
  * strictly increasing along the committed log, linearizable read index.
- * Checked by the lock layer (3 of 4 seeds; the 4th runs raw random
- * entries): every node applies the same commands (tk_lock_apply panics on
- * contradictions), a reference model of the committed lock state, at most
- * one client holding a key at any moment by its own conservative lease
- * clock (mutual exclusion as clients see it), tokens of G replies strictly
- * increasing per leadership, FIFO grants within a leader's term, no
- * expiry committed before the lease ran out, no grant of an expired token.
+ * Checked by the node layer (3 of 4 seeds; the 4th runs raw random
+ * entries on bare cores): a reference model of the committed lock state
+ * that every shard's table and every installed snapshot must match, at
+ * most one client holding a key at any moment by its lease clock, G tokens
+ * strictly increasing, FIFO grants within a leadership, no expiry before
+ * the lease ran out, linearizable Q and N, and liveness once healed (the
+ * full list is in sim_node.h). Per seed the node layer varies: shards per
+ * node, 4..64 keys or thousands (large snapshots in many chunks), delays
+ * between a node's threads and stalls of them (some longer than an
+ * election), leaders that stall for seconds while their clients' requests
+ * wait in their sockets, node clocks that drift (+-0.05%) and jump forward
+ * (within the lease margin), messages that arrive terms late, and log
+ * bounds small enough that proposals wait in the driver for room
+ * (TK_EFULL). A seed whose network grows without bound (a message storm)
+ * fails too.
  *
  * Environment: TK_SEED=n replays one seed (verbose); TK_SIM_SEEDS=n sets
  * how many seeds to run (default 2000), TK_SIM_FIRST=n the first one;
  * TK_SIM_STEPS=n the events per seed (default 4000); TK_SIM_TRACE=1
- * prints every lock-layer event.
+ * prints every node-layer event; TK_SIM_TRUE_CLOCK=1 has the clients count
+ * leases on the true clock instead of their node's (sim_node.h).
  * Exit 0 when every seed passes; a failure prints its seed and aborts.
  */
 #include <signal.h>
@@ -36,7 +47,7 @@
 #include "raft/members.h"
 #include "raft/raft.h"
 #include "tests/support/sim_cluster.h"
-#include "tests/support/sim_lock.h"
+#include "tests/support/sim_node.h"
 
 #define MS 1000ull
 #define SEC 1000000ull
@@ -53,12 +64,23 @@ static void on_abort(int sig)
         (void)!write(2, buf, (size_t)n);
 }
 
+/* A seed whose network grows without bound fails instead of taking the
+ * machine's memory: a message storm is a bug too. */
+#define STORM_MESSAGES_MAX 200000u
+
+static void storm_guard(struct sim_cluster *c)
+{
+    if (c->heap_n > STORM_MESSAGES_MAX)
+        sim_fail(c, "message storm: %llu messages in flight", (unsigned long long)c->heap_n);
+}
+
 /* ------------------------------------------------------------------ */
 /* The scenario                                                        */
 
 struct scenario {
     struct sim_cluster c;
-    struct sim_lock L;
+    struct sim_nodes *N; /* lock mode: the node processes */
+    struct sim_nodes_options no;
     struct tk_prng prng;
     bool lock_mode;
     bool verbose;
@@ -69,6 +91,12 @@ struct scenario {
     uint64_t zombies, learner_restarts;
     uint64_t next_client_us;
     uint64_t next_fault_us;
+    uint64_t next_clock_us; /* lock mode: a clock fault (rate or jump) */
+    /* Lock mode: the leader stalls (a long pause) while the others elect
+     * and serve; its clients' requests wait in its sockets. */
+    int stall_slot;
+    uint64_t stall_until;
+    uint64_t leader_stalls;
     uint64_t read_id;
     uint64_t raw_proposals;
     uint64_t transfers;
@@ -269,9 +297,10 @@ static void resume(struct scenario *s, int slot)
     sim_pause(c, slot, false);
     if (!c->nodes[slot].alive || tk_raft_role(c->nodes[slot].r) != TK_RAFT_LEADER)
         return;
-    sim_read(c, slot, ++s->read_id);
-    if (s->lock_mode && sim_lock_leads(&s->L, slot))
-        sim_lock_client(&s->L, slot, (int)tk_prng_range(&s->prng, 0, SIM_LOCK_CLIENTS - 1));
+    if (s->lock_mode)
+        sim_nodes_resumed(s->N, slot);
+    else
+        sim_read(c, slot, ++s->read_id);
 }
 
 static void fault(struct scenario *s)
@@ -279,10 +308,25 @@ static void fault(struct scenario *s)
     struct sim_cluster *c = &s->c;
     uint64_t dice = tk_prng_range(&s->prng, 0, 99);
     int a = random_live(s);
+    if (s->lock_mode && s->stall_slot < 0 && tk_prng_range(&s->prng, 0, 99) < 8) {
+        int l = sim_leader(c);
+        if (l >= 0 && !c->nodes[l].paused) {
+            sim_pause(c, l, true);
+            s->stall_slot = l;
+            s->stall_until = c->now + tk_prng_range(&s->prng, 600 * MS, 3 * SEC);
+            s->leader_stalls++;
+            return;
+        }
+    }
+    if (a == s->stall_slot)
+        a = -1;
     if (dice < 30) {
         sim_heal(c);
         for (uint32_t i = 0; i < c->n_nodes; i++)
-            resume(s, (int)i);
+            if ((int)i != s->stall_slot)
+                resume(s, (int)i);
+    } else if (a < 0) {
+        return;
     } else if (dice < 45) {
         sim_isolate(c, a, true);
     } else if (dice < 55) {
@@ -351,6 +395,13 @@ static void client_action(struct scenario *s)
 {
     struct sim_cluster *c = &s->c;
     /* Usually the newest leader; sometimes whichever node thinks it leads. */
+    if (s->lock_mode) {
+        /* The clients find the leader themselves (M redirects them). */
+        uint64_t n = tk_prng_range(&s->prng, 1, 3);
+        for (uint64_t i = 0; i < n; i++)
+            sim_nodes_clients(s->N);
+        return;
+    }
     int l = random_live(s);
     if (l < 0 || c->nodes[l].paused || tk_raft_role(c->nodes[l].r) != TK_RAFT_LEADER)
         l = sim_leader(c);
@@ -358,13 +409,6 @@ static void client_action(struct scenario *s)
         return;
     if (tk_prng_range(&s->prng, 0, 99) < 10) {
         sim_read(c, l, ++s->read_id);
-        return;
-    }
-    if (s->lock_mode) {
-        /* Sometimes a burst, so that one entry carries several commands. */
-        uint64_t burst = tk_prng_range(&s->prng, 0, 3) == 0 ? tk_prng_range(&s->prng, 2, 6) : 1;
-        for (uint64_t i = 0; i < burst && sim_lock_leads(&s->L, l); i++)
-            sim_lock_client(&s->L, l, (int)tk_prng_range(&s->prng, 0, SIM_LOCK_CLIENTS - 1));
         return;
     }
     uint8_t buf[64];
@@ -428,6 +472,79 @@ static bool converged(struct sim_cluster *c)
     return true;
 }
 
+static uint64_t pick(struct scenario *s, const uint64_t *v, size_t n)
+{
+    return v[tk_prng_range(&s->prng, 0, n - 1)];
+}
+
+/* The node layer's dimensions, per seed (lock mode only, so the raw seeds
+ * keep their scenarios). */
+static void node_setup(struct scenario *s, struct sim_options *o)
+{
+    struct sim_nodes_options *no = &s->no;
+    memset(no, 0, sizeof(*no));
+    no->shards_max = (uint32_t)tk_prng_range(&s->prng, 1, SIM_SHARDS_MAX);
+    bool big = tk_prng_range(&s->prng, 0, 7) == 0;
+    if (big) {
+        /* Clients hold thousands of keys on long leases: snapshots of
+         * hundreds of kilobytes, sent in hundreds of chunks. */
+        no->keys = (uint32_t)tk_prng_range(&s->prng, 1500, 4000);
+        no->clients = 24;
+        no->inflight_max = 64;
+        no->burst_max = 32;
+        no->lease_min_ms = 20000;
+        no->lease_max_ms = 90000;
+        no->release_pct = 5;
+        no->limits = (struct tk_lock_limits){
+            .keys_max = no->keys + 64, .waiters_per_key_max = 6, .waiters_max = 4096};
+        o->raft.snapshot_chunk_bytes = (uint32_t)tk_prng_range(&s->prng, 512, 4096);
+        o->raft.inflight_bytes_max = tk_prng_range(&s->prng, 8192, 65536);
+    } else {
+        static const uint64_t keys[] = {4, 16, 16, 64};
+        no->keys = (uint32_t)pick(s, keys, TK_ARRAY_LEN(keys));
+        no->clients = 12;
+        no->inflight_max = 4;
+        no->burst_max = 3;
+        no->lease_min_ms = 1000;
+        no->lease_max_ms = 3000;
+        no->release_pct = 60;
+        no->limits = (struct tk_lock_limits){
+            .keys_max = 64 + no->keys, .waiters_per_key_max = 6, .waiters_max = 64};
+    }
+    static const uint64_t qdelay[] = {1, 20, 300, 3000};
+    no->qdelay_max_us = pick(s, qdelay, TK_ARRAY_LEN(qdelay));
+    if (tk_prng_range(&s->prng, 0, 2) == 0) {
+        no->stall_ppm = (uint32_t)tk_prng_range(&s->prng, 2000, 20000);
+        /* Now and then longer than an election: a starved worker reads
+         * its rings a whole leadership late. */
+        no->stall_max_us =
+            tk_prng_range(&s->prng, 5, tk_prng_range(&s->prng, 0, 3) ? 150 : 800) * MS;
+    }
+    if (tk_prng_range(&s->prng, 0, 1)) {
+        /* Clocks: rates within +-0.05% (0.1% apart at most), forward jumps
+         * adding up to 45 ms within any lease: inside TK_LOCK_DRIFT_US. */
+        no->drift_ppm_max = 500;
+        no->jump_max_us = 45 * MS;
+        no->jump_window_us = (uint64_t)no->lease_max_ms * MS * 1002 / 1000 + 2 * SEC;
+    }
+    no->client_true_clock = getenv("TK_SIM_TRUE_CLOCK") != NULL;
+    if (tk_prng_range(&s->prng, 0, 2) == 0) {
+        /* Some messages arrive one to five election timeouts late. */
+        o->slow_ppm = (uint32_t)tk_prng_range(&s->prng, 1000, 20000);
+        o->slow_min_us = o->raft.election_max_us;
+        o->slow_max_us = 5 * o->raft.election_max_us;
+    }
+    if (tk_prng_range(&s->prng, 0, 3) == 0) {
+        /* A small log: while commits stall, proposals hit TK_EFULL and
+         * wait in the driver. The smallest bound the server takes
+         * (--max-log-entries 16..), with its snapshot ratios
+         * (net/raftd.c). */
+        o->raft.log_entries_max = tk_prng_range(&s->prng, 16, 24);
+        o->raft.snapshot_entries = TK_MAX(o->raft.log_entries_max / 4, 8);
+        o->raft.snapshot_trailing = TK_MIN(o->raft.snapshot_entries / 2, 1024);
+    }
+}
+
 /* The environment varies per seed: timers, latency, loss, log bounds. */
 static void scenario_setup(struct scenario *s, uint64_t seed, bool verbose)
 {
@@ -454,13 +571,21 @@ static void scenario_setup(struct scenario *s, uint64_t seed, bool verbose)
     s->voters0 = tk_prng_range(&s->prng, 0, 1) ? 5 : 3;
     s->replace_old = -1;
     s->zombie = -1;
+    s->stall_slot = -1;
+    s->stall_until = UINT64_MAX;
     s->nemesis_pct =
         (uint32_t)(tk_prng_range(&s->prng, 0, 2) == 0 ? 0 : tk_prng_range(&s->prng, 20, 80));
     s->nemesis_slot = -1;
     s->nemesis_at = UINT64_MAX;
-    sim_init(&s->c, &o, s->voters0);
-    if (s->lock_mode)
-        sim_lock_init(&s->L, &s->c, seed);
+    if (s->lock_mode) {
+        node_setup(s, &o);
+        sim_init(&s->c, &o, 0);
+        s->N = sim_nodes_create(&s->c, &s->no, seed);
+        for (uint32_t i = 0; i < s->voters0; i++)
+            sim_add_node(&s->c);
+    } else {
+        sim_init(&s->c, &o, s->voters0);
+    }
     int low = 0;
     for (uint32_t i = 1; i < s->c.n_nodes; i++)
         if (s->c.nodes[i].id < s->c.nodes[low].id)
@@ -468,18 +593,22 @@ static void scenario_setup(struct scenario *s, uint64_t seed, bool verbose)
     sim_bootstrap(&s->c, low);
     s->next_client_us = s->c.now;
     s->next_fault_us = s->c.now + 200 * MS;
+    bool clocks = s->lock_mode && (s->no.drift_ppm_max != 0 || s->no.jump_max_us != 0);
+    s->next_clock_us = clocks ? s->c.now + 100 * MS : UINT64_MAX;
 }
 
 /* The faulty phase: `steps` events among timed actions. */
 static void scenario_run(struct scenario *s, uint64_t steps)
 {
     struct sim_cluster *c = &s->c;
-    uint64_t events = 0;
+    uint64_t events = 0, checked = UINT64_MAX;
     while (events < steps) {
         uint64_t t = TK_MIN(TK_MIN(s->next_client_us, s->next_fault_us), s->nemesis_at);
+        t = TK_MIN(t, TK_MIN(s->next_clock_us, s->stall_until));
         if (s->lock_mode)
-            t = TK_MIN(t, sim_lock_next_wake(&s->L));
+            t = TK_MIN(t, sim_nodes_next(s->N));
         if (sim_step(c, t)) {
+            storm_guard(c);
             events++;
             if (s->nemesis_pct > 0)
                 nemesis_watch(s);
@@ -488,7 +617,7 @@ static void scenario_run(struct scenario *s, uint64_t steps)
         if (c->now >= s->nemesis_at)
             nemesis_strike(s);
         if (s->lock_mode)
-            sim_lock_tick_due(&s->L);
+            sim_nodes_run(s->N);
         if (c->now >= s->next_client_us) {
             client_action(s);
             s->next_client_us = c->now + tk_prng_range(&s->prng, 1 * MS, 15 * MS);
@@ -498,10 +627,21 @@ static void scenario_run(struct scenario *s, uint64_t steps)
             replace_step(s);
             s->next_fault_us = c->now + tk_prng_range(&s->prng, 20 * MS, 600 * MS);
         }
-        if ((events & 63) == 0) {
+        if (c->now >= s->stall_until) {
+            int slot = s->stall_slot;
+            s->stall_slot = -1;
+            s->stall_until = UINT64_MAX;
+            resume(s, slot);
+        }
+        if (c->now >= s->next_clock_us) {
+            sim_nodes_clock_fault(s->N);
+            s->next_clock_us = c->now + tk_prng_range(&s->prng, 20 * MS, 300 * MS);
+        }
+        if ((events & 63) == 0 && checked != events) {
+            checked = events;
             check_membership(s);
             if (s->lock_mode)
-                sim_lock_compare(&s->L);
+                sim_nodes_check(s->N);
         }
     }
 }
@@ -513,17 +653,22 @@ static void scenario_converge(struct scenario *s)
     struct sim_cluster *c = &s->c;
     sim_heal(c);
     c->opt.drop_ppm = 0;
+    s->stall_slot = -1;
+    s->stall_until = UINT64_MAX;
     for (uint32_t i = 0; i < c->n_nodes; i++)
         sim_pause(c, (int)i, false);
     uint64_t limit = c->now + 20 * SEC;
     while (c->now < limit && (s->replace_old >= 0 || !converged(c))) {
         uint64_t t = TK_MIN(c->now + 50 * MS, limit);
         if (s->lock_mode)
-            t = TK_MIN(t, sim_lock_next_wake(&s->L));
+            t = TK_MIN(t, sim_nodes_next(s->N));
         while (sim_step(c, t)) {
+            storm_guard(c);
+            if (s->lock_mode)
+                t = TK_MIN(t, sim_nodes_next(s->N));
         }
         if (s->lock_mode)
-            sim_lock_tick_due(&s->L);
+            sim_nodes_run(s->N);
         replace_step(s);
     }
     if (!converged(c) || s->replace_old >= 0) {
@@ -533,8 +678,7 @@ static void scenario_converge(struct scenario *s)
     }
     int l = sim_leader(c);
     if (s->lock_mode) {
-        sim_lock_tick_due(&s->L);
-        sim_lock_compare(&s->L);
+        sim_nodes_finish(s->N);
     } else {
         int rv = sim_propose(c, l, "end", 3, 1);
         if (rv != TK_OK)
@@ -550,29 +694,49 @@ static void scenario_report(struct scenario *s, uint64_t seed)
     fprintf(stderr,
             "seed %llu: %u voters, %s mode, %llu steps, t=%.2fs, commit %llu, term %llu, "
             "crashes %llu (paused %llu), replacements %llu (learner restarts %llu), transfers "
-            "%llu, nemesis %llu, delivered %llu, dropped %llu\n",
+            "%llu, nemesis %llu, leader stalls %llu, delivered %llu, dropped %llu\n",
             (unsigned long long)seed, s->voters0, s->lock_mode ? "lock" : "raw",
             (unsigned long long)c->steps, (double)c->now / 1e6,
             (unsigned long long)tk_raft_commit(c->nodes[l].r),
             (unsigned long long)tk_raft_term(c->nodes[l].r), (unsigned long long)s->crashes,
             (unsigned long long)s->zombies, (unsigned long long)s->replacements,
             (unsigned long long)s->learner_restarts, (unsigned long long)s->transfers,
-            (unsigned long long)s->nemesis_hits, (unsigned long long)c->delivered,
-            (unsigned long long)c->dropped);
-    if (s->lock_mode && s->L.nodes[l].t != NULL) {
-        struct tk_lock_stats ls;
-        tk_lock_stats(s->L.nodes[l].t, &ls);
-        fprintf(stderr, "  leader table: grants %llu handoffs %llu releases %llu expiries %llu\n",
-                (unsigned long long)ls.grants, (unsigned long long)ls.handoffs,
-                (unsigned long long)ls.releases, (unsigned long long)ls.expiries);
-    }
-    if (s->lock_mode)
-        fprintf(stderr,
-                "  lock: G %llu R %llu T %llu B %llu N %llu Q %llu, proposals %llu in %llu "
-                "batches\n",
-                (unsigned long long)s->L.g, (unsigned long long)s->L.r, (unsigned long long)s->L.t,
-                (unsigned long long)s->L.b, (unsigned long long)s->L.n, (unsigned long long)s->L.q,
-                (unsigned long long)s->L.proposals, (unsigned long long)s->L.batches);
+            (unsigned long long)s->nemesis_hits, (unsigned long long)s->leader_stalls,
+            (unsigned long long)c->delivered, (unsigned long long)c->dropped);
+    if (!s->lock_mode)
+        return;
+    const struct sim_nodes_options *no = &s->no;
+    struct sim_nodes_stats st;
+    sim_nodes_stats(s->N, &st);
+    fprintf(stderr,
+            "  nodes: up to %u shards, %u keys, %u clients, leases %u-%u ms, thread delay <= %llu "
+            "us, stalls %u ppm, drift +-%d ppm, jumps <= %llu us, slow messages %u ppm, log "
+            "bound %llu entries%s\n",
+            no->shards_max, no->keys, no->clients, no->lease_min_ms, no->lease_max_ms,
+            (unsigned long long)no->qdelay_max_us, no->stall_ppm, no->drift_ppm_max,
+            (unsigned long long)no->jump_max_us, c->opt.slow_ppm,
+            (unsigned long long)c->opt.raft.log_entries_max,
+            no->client_true_clock ? ", clients on the true clock" : "");
+    fprintf(stderr,
+            "  clients: %llu requests on %llu connections: G %llu R %llu T %llu B %llu N %llu Q "
+            "%llu, M %llu, overload %llu, unknown outcome %llu\n",
+            (unsigned long long)st.requests, (unsigned long long)st.connects,
+            (unsigned long long)st.g, (unsigned long long)st.r, (unsigned long long)st.t,
+            (unsigned long long)st.b, (unsigned long long)st.n, (unsigned long long)st.q,
+            (unsigned long long)st.moved, (unsigned long long)st.overload,
+            (unsigned long long)st.lost);
+    fprintf(stderr,
+            "  committed: %llu commands in %llu entries, %llu keys held at most; %llu snapshots "
+            "installed (largest %llu keys, %llu bytes); rounds %llu, messages %llu, stalls %llu, "
+            "clock jumps %llu; rounds with batches waiting for log room %llu, batches refused "
+            "%llu, leaderships %llu\n",
+            (unsigned long long)st.commands, (unsigned long long)st.entries,
+            (unsigned long long)st.held_max, (unsigned long long)st.installs,
+            (unsigned long long)st.snapshot_keys_max, (unsigned long long)st.snapshot_bytes_max,
+            (unsigned long long)st.rounds, (unsigned long long)st.messages,
+            (unsigned long long)st.stalls, (unsigned long long)st.jumps,
+            (unsigned long long)st.batches_waited, (unsigned long long)st.batches_refused,
+            (unsigned long long)st.leading);
 }
 
 static uint64_t env_u64(const char *name, uint64_t def)
@@ -597,6 +761,7 @@ int main(void)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     uint64_t seeds = 0, total_steps = 0, commits = 0, grants = 0, elections = 0, snaps = 0;
     uint64_t replacements = 0, zombies = 0, learner_restarts = 0;
+    uint64_t installs = 0, big_installs = 0, waited = 0, jumps = 0, queries = 0;
     for (uint64_t seed = first; seed < first + count; seed++) {
         current_seed = seed;
         scenario_setup(s, seed, one != NULL);
@@ -607,7 +772,16 @@ int main(void)
         seeds++;
         total_steps += s->c.steps;
         commits += s->c.committed_max;
-        grants += s->L.g;
+        if (s->lock_mode) {
+            struct sim_nodes_stats st;
+            sim_nodes_stats(s->N, &st);
+            grants += st.g;
+            queries += st.q + st.n;
+            installs += st.installs;
+            big_installs += st.snapshot_keys_max >= 1000;
+            waited += st.batches_waited > 0;
+            jumps += st.jumps;
+        }
         replacements += s->replacements;
         zombies += s->zombies;
         learner_restarts += s->learner_restarts;
@@ -615,20 +789,24 @@ int main(void)
             elections += tk_raft_metrics(s->c.nodes[i].r)->elections_started;
             snaps += s->c.nodes[i].snapshots_installed;
         }
-        if (s->lock_mode)
-            sim_lock_free(&s->L);
         sim_free(&s->c);
+        sim_nodes_destroy(s->N);
+        s->N = NULL;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf(
         "sim_raft: %llu seeds passed in %.1f s (%.1f seeds/s, %.0f steps/s): %llu steps, "
         "%llu committed entries, %llu grants, %llu elections, %llu snapshot installs, "
-        "%llu replacements (%llu of paused members that woke up, %llu learners restarted)\n",
+        "%llu replacements (%llu of paused members that woke up, %llu learners restarted); "
+        "node layer: %llu Q/N answers checked, %llu lock snapshots installed (%llu seeds with "
+        "one of 1000+ keys), %llu seeds where batches waited for log room, %llu clock jumps\n",
         (unsigned long long)seeds, secs, (double)seeds / secs, (double)total_steps / secs,
         (unsigned long long)total_steps, (unsigned long long)commits, (unsigned long long)grants,
         (unsigned long long)elections, (unsigned long long)snaps, (unsigned long long)replacements,
-        (unsigned long long)zombies, (unsigned long long)learner_restarts);
+        (unsigned long long)zombies, (unsigned long long)learner_restarts,
+        (unsigned long long)queries, (unsigned long long)installs, (unsigned long long)big_installs,
+        (unsigned long long)waited, (unsigned long long)jumps);
     free(s);
     return 0;
 }

@@ -99,7 +99,14 @@ int sim_add_node(struct sim_cluster *c)
     struct tk_raft_options o = c->opt.raft;
     o.id = n->id;
     o.seed = tk_prng_next(&c->prng);
-    n->r = tk_raft_create(&o);
+    /* Its clock starts where the cluster's is (sim_local). */
+    n->clk_base_g = n->clk_base_l = c->now;
+    if (c->hooks.create != NULL) {
+        n->driven = true;
+        n->r = c->hooks.create(c->hooks.ctx, n, &o);
+    } else {
+        n->r = tk_raft_create(&o);
+    }
     SIM_CHECK(c, n->r != NULL, "tk_raft_create failed");
     n->alive = true;
     n->role = TK_RAFT_FOLLOWER;
@@ -126,7 +133,10 @@ void sim_init(struct sim_cluster *c, const struct sim_options *opt, uint32_t n)
 void sim_free(struct sim_cluster *c)
 {
     for (uint32_t i = 0; i < c->n_nodes; i++) {
-        tk_raft_destroy(c->nodes[i].r);
+        if (c->nodes[i].driven)
+            c->hooks.destroy(c->hooks.ctx, &c->nodes[i]);
+        else
+            tk_raft_destroy(c->nodes[i].r);
         free(c->nodes[i].sh_term);
         free(c->nodes[i].sh_hash);
     }
@@ -439,8 +449,11 @@ static void net_send(struct sim_cluster *c, int from, const struct tk_raft_msg *
     c->bytes_sent += len;
     int copies = chance(c, c->opt.dup_ppm) ? 2 : 1;
     for (int k = 0; k < copies; k++) {
+        uint64_t lat = tk_prng_range(&c->prng, c->opt.lat_min_us, c->opt.lat_max_us);
+        if (chance(c, c->opt.slow_ppm))
+            lat = tk_prng_range(&c->prng, c->opt.slow_min_us, c->opt.slow_max_us);
         struct sim_packet p = {
-            .deliver_at = c->now + tk_prng_range(&c->prng, c->opt.lat_min_us, c->opt.lat_max_us),
+            .deliver_at = c->now + c->delay_us[from][to] + lat,
             .seq = c->packet_seq++,
             .from = from,
             .to = to,
@@ -609,15 +622,132 @@ static void process_update(struct sim_cluster *c,
         take_snapshot(c, n);
 }
 
+/* A driven node's step: the same checks, then its driver performs the
+ * update and reports back (sim_send, sim_applied, sim_installed). */
+static void driven_update(struct sim_cluster *c,
+                          struct sim_node *n,
+                          int rv,
+                          struct tk_raft_update *up)
+{
+    node_check(c, n);
+    if (c->opt.check_every != 0 && (c->steps % c->opt.check_every) == 0)
+        tk_raft_check(n->r);
+    c->hooks.process(c->hooks.ctx, n, rv, up);
+    sim_sync(c, n->slot);
+}
+
 int sim_event(struct sim_cluster *c, int slot, struct tk_raft_event *ev)
 {
     struct sim_node *n = &c->nodes[slot];
     SIM_CHECK(c, n->alive, "event for a crashed node");
-    ev->now_us = c->now;
+    ev->now_us = sim_local(c, slot);
     struct tk_raft_update up;
     int rv = tk_raft_step(n->r, ev, &up);
-    process_update(c, n, &up);
+    if (n->driven)
+        driven_update(c, n, rv, &up);
+    else
+        process_update(c, n, &up);
     return rv;
+}
+
+void sim_send(struct sim_cluster *c, int slot, const struct tk_raft_msg *m)
+{
+    SIM_CHECK(c, m->from == c->nodes[slot].id, "message from a stranger");
+    net_send(c, slot, m);
+}
+
+/* Entries up to index count applied on a driven node (its driver reports
+ * DATA entries only; NOOP and CONFIG entries before them go along). */
+void sim_applied(struct sim_cluster *c, int slot, uint64_t index)
+{
+    struct sim_node *n = &c->nodes[slot];
+    node_check(c, n); /* the commit that let it apply */
+    for (uint64_t i = n->applied + 1; i <= index; i++)
+        apply_entry(c, n, i);
+}
+
+/* The blob is the driver's (lock state, checked by the node simulation);
+ * here the node's chain becomes the one recorded at that index. */
+void sim_installed(struct sim_cluster *c, int slot, uint64_t index)
+{
+    struct sim_node *n = &c->nodes[slot];
+    node_check(c, n);
+    struct sim_index_rec *rec = rec_at(c, index);
+    SIM_CHECK(c, rec->committed && rec->chain_known,
+              "node %d installs a snapshot at %llu that nobody applied", n->slot,
+              (unsigned long long)index);
+    SIM_CHECK(c, index > n->applied, "snapshot %llu not ahead of applied %llu",
+              (unsigned long long)index, (unsigned long long)n->applied);
+    n->chain = rec->chain;
+    n->applied = index;
+    n->token_next = rec->token_next;
+    n->snapshots_installed++;
+}
+
+void sim_sync(struct sim_cluster *c, int slot)
+{
+    struct sim_node *n = &c->nodes[slot];
+    if (!n->alive)
+        return;
+    node_check(c, n);
+    struct tk_raft_status st;
+    tk_raft_status(n->r, &st);
+    for (uint64_t i = n->applied + 1; i <= st.applied; i++)
+        apply_entry(c, n, i);
+}
+
+uint64_t sim_local(const struct sim_cluster *c, int slot)
+{
+    const struct sim_node *n = &c->nodes[slot];
+    uint64_t d = c->now - n->clk_base_g;
+    /* |ppm| < 10^6: the scaled step never goes back. */
+    int64_t skew = (int64_t)d * n->clk_ppm / 1000000;
+    return n->clk_base_l + d + (uint64_t)skew;
+}
+
+uint64_t sim_global_at(const struct sim_cluster *c, int slot, uint64_t local)
+{
+    const struct sim_node *n = &c->nodes[slot];
+    if (local <= n->clk_base_l)
+        return n->clk_base_g;
+    uint64_t x = local - n->clk_base_l;
+    if (x > (UINT64_MAX >> 24))
+        return UINT64_MAX; /* never, in a simulated run */
+    uint64_t d = x * 1000000u / (uint64_t)(1000000 + n->clk_ppm);
+    for (;;) {
+        int64_t skew = (int64_t)d * n->clk_ppm / 1000000;
+        if (d + (uint64_t)skew >= x)
+            break;
+        d++;
+    }
+    while (d > 0) {
+        int64_t skew = (int64_t)(d - 1) * n->clk_ppm / 1000000;
+        if (d - 1 + (uint64_t)skew < x)
+            break;
+        d--;
+    }
+    return n->clk_base_g + d;
+}
+
+static void clock_rebase(struct sim_cluster *c, int slot)
+{
+    struct sim_node *n = &c->nodes[slot];
+    n->clk_base_l = sim_local(c, slot);
+    n->clk_base_g = c->now;
+}
+
+void sim_clock_rate(struct sim_cluster *c, int slot, int32_t ppm)
+{
+    SIM_CHECK(c, ppm > -1000000 && ppm < 1000000, "clock rate out of range");
+    clock_rebase(c, slot);
+    c->nodes[slot].clk_ppm = ppm;
+}
+
+void sim_clock_jump(struct sim_cluster *c, int slot, uint64_t us)
+{
+    clock_rebase(c, slot);
+    c->nodes[slot].clk_base_l += us;
+    c->nodes[slot].clk_jumped_us += us;
 }
 
 int sim_propose(struct sim_cluster *c,
@@ -706,7 +836,7 @@ bool sim_step(struct sim_cluster *c, uint64_t until)
         struct sim_node *n = &c->nodes[i];
         if (!n->alive || n->paused)
             continue;
-        uint64_t d = tk_raft_deadline(n->r);
+        uint64_t d = sim_global_at(c, (int)i, tk_raft_deadline(n->r));
         if (d < t_tick) {
             t_tick = d;
             who = (int)i;
@@ -728,7 +858,7 @@ bool sim_step(struct sim_cluster *c, uint64_t until)
         sim_event(c, who, &ev);
         /* The deadline contract: a tick does the work that was due, so
          * the next deadline lies ahead (else a driver would spin). */
-        SIM_CHECK(c, !c->nodes[who].alive || tk_raft_deadline(c->nodes[who].r) > c->now,
+        SIM_CHECK(c, !c->nodes[who].alive || tk_raft_deadline(c->nodes[who].r) > sim_local(c, who),
                   "node %d still due after a tick", who);
     }
     return true;
@@ -783,6 +913,12 @@ void sim_heal(struct sim_cluster *c)
     memset(c->cut, 0, sizeof(c->cut));
 }
 
+void sim_delay(struct sim_cluster *c, int a, int b, uint64_t us)
+{
+    c->delay_us[a][b] = us;
+    c->delay_us[b][a] = us;
+}
+
 int sim_leader(const struct sim_cluster *c)
 {
     int best = -1;
@@ -821,7 +957,7 @@ void sim_dump(const struct sim_cluster *c)
                 (unsigned long long)st.last_term, (unsigned long long)st.snapshot_index,
                 tk_raft_deadline(n->r) == UINT64_MAX
                     ? -1ll
-                    : (long long)(tk_raft_deadline(n->r) - c->now));
+                    : (long long)(tk_raft_deadline(n->r) - sim_local(c, (int)i)));
         const struct tk_raft_config *cfg = tk_raft_config(n->r);
         for (uint32_t k = 0; cfg != NULL && k < cfg->n; k++)
             fprintf(stderr, "      member %016llx %s%s\n", (unsigned long long)cfg->m[k].id,

@@ -16,8 +16,12 @@
  * The driver of each node does what the real Raft thread does with an
  * update: send the messages, install a snapshot, apply committed entries
  * and report them applied, hand a snapshot when asked. The state machine
- * is a hash chain of applied entries, extended by optional hooks (the
- * lock-table simulation plugs tk_lock_table in there).
+ * is a hash chain of applied entries, extended by optional hooks. Driven
+ * nodes (hooks.create) run the production driver instead (raft/driver.h,
+ * see tests/support/sim_node.h): the checks below still read their cores
+ * after every step, the hash chain follows what their drivers apply, and
+ * their snapshots are lock snapshots that the node simulation checks.
+ * Each node has a clock of its own (rate and jumps), which its events carry.
  *
  * Checks (sim_fail() prints the seed and aborts):
  *  - Election Safety: at most one leader per term, ever.
@@ -54,6 +58,17 @@ struct sim_hooks {
     void (*install)(void *ctx, struct sim_node *n, const uint8_t *data, size_t len);
     /* Called after every step of node n (role changes, leader duties). */
     void (*after_step)(void *ctx, struct sim_node *n, const struct tk_raft_update *up);
+    /* Driven nodes (tests/support/sim_node.h): when create is set, every
+     * node added gets its core from it (made with options o: a production
+     * raft/driver.h driver that owns the core), and destroy frees it. Each
+     * step of a driven core is checked like any other, then its update goes
+     * to process (tk_driver_process), which reports back through
+     * sim_send(), sim_applied() and sim_installed(); the snapshot blobs are
+     * the driver's, opaque here. apply/snapshot/install/after_step are not
+     * called for driven nodes. */
+    struct tk_raft *(*create)(void *ctx, struct sim_node *n, const struct tk_raft_options *o);
+    void (*destroy)(void *ctx, struct sim_node *n);
+    void (*process)(void *ctx, struct sim_node *n, int rc, struct tk_raft_update *up);
 };
 
 struct sim_options {
@@ -63,6 +78,10 @@ struct sim_options {
     uint64_t lat_max_us;
     uint32_t drop_ppm; /* per message, parts per million */
     uint32_t dup_ppm;
+    /* Stale messages: this share of messages takes slow_min_us..slow_max_us
+     * instead (longer than an election timeout: they arrive terms later). */
+    uint32_t slow_ppm;
+    uint64_t slow_min_us, slow_max_us;
     uint32_t check_every; /* tk_raft_check() every n-th step (0: never) */
     bool verbose;
 };
@@ -82,7 +101,13 @@ struct sim_node {
     struct tk_raft *r;
     bool alive;
     bool paused;
-    void *user; /* for hooks */
+    bool driven; /* its core belongs to a driver (hooks.create) */
+    void *user;  /* for hooks */
+    /* Its clock (sim_local): local = clk_base_l + (now - clk_base_g) scaled
+     * by 1 + clk_ppm / 10^6; jumps move clk_base_l forward. */
+    int32_t clk_ppm;
+    uint64_t clk_base_g, clk_base_l;
+    uint64_t clk_jumped_us; /* sum of the jumps */
     /* Driver state */
     uint64_t applied;
     uint64_t chain;      /* hash chain of applied entries */
@@ -134,7 +159,8 @@ struct sim_cluster {
     uint64_t now;
     struct sim_node nodes[SIM_NODES_MAX];
     uint32_t n_nodes;
-    bool cut[SIM_NODES_MAX][SIM_NODES_MAX]; /* cut[a][b]: a -> b is down */
+    bool cut[SIM_NODES_MAX][SIM_NODES_MAX];          /* cut[a][b]: a -> b is down */
+    uint64_t delay_us[SIM_NODES_MAX][SIM_NODES_MAX]; /* extra latency a -> b (sim_delay) */
     struct sim_hooks hooks;
     /* Network */
     struct sim_packet *heap;
@@ -193,12 +219,34 @@ int sim_change(struct sim_cluster *c, int slot, uint8_t type, int member_slot);
 int sim_transfer(struct sim_cluster *c, int slot, uint64_t target);
 int sim_read(struct sim_cluster *c, int slot, uint64_t id);
 
+/* Driven nodes report what their driver did (hooks.create): a message to a
+ * peer; a DATA entry handed to the state machine (entries before it are
+ * counted applied too); a snapshot installed at index. sim_sync() checks a
+ * driven node after any call of its driver outside sim_event() (proposals,
+ * reads, snapshots) and counts what it applied. */
+void sim_send(struct sim_cluster *c, int slot, const struct tk_raft_msg *m);
+void sim_applied(struct sim_cluster *c, int slot, uint64_t index);
+void sim_installed(struct sim_cluster *c, int slot, uint64_t index);
+void sim_sync(struct sim_cluster *c, int slot);
+
+/* Node clocks: every event of node slot carries its local time. A rate
+ * (parts per million, from now on) and forward jumps; no change of rate or
+ * jump ever moves a clock back. */
+uint64_t sim_local(const struct sim_cluster *c, int slot);
+/* The earliest cluster time at which node slot's clock reads local. */
+uint64_t sim_global_at(const struct sim_cluster *c, int slot, uint64_t local);
+void sim_clock_rate(struct sim_cluster *c, int slot, int32_t ppm);
+void sim_clock_jump(struct sim_cluster *c, int slot, uint64_t us);
+
 /* Faults */
 void sim_crash(struct sim_cluster *c, int slot);
 void sim_pause(struct sim_cluster *c, int slot, bool paused);
 void sim_cut(struct sim_cluster *c, int a, int b, bool down); /* both directions */
 void sim_isolate(struct sim_cluster *c, int slot, bool down);
 void sim_heal(struct sim_cluster *c);
+/* Extra latency on the link between a and b, both directions, for the
+ * messages sent from now on (a slow link); 0 removes it. */
+void sim_delay(struct sim_cluster *c, int a, int b, uint64_t us);
 
 /* Queries */
 int sim_leader(const struct sim_cluster *c);       /* a live leader with the highest term, or -1 */

@@ -11,6 +11,7 @@
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "raft/raft.h"
@@ -268,6 +269,106 @@ Test(raft, snapshot_install_on_a_lagging_follower)
     cr_assert_geq(tk_raft_metrics(C.nodes[l].r)->snapshots_sent, 1);
     cr_assert_geq(tk_raft_metrics(C.nodes[l].r)->snapshot_chunks_sent, 3);
     cr_assert_eq(C.nodes[f].chain, C.nodes[l].chain);
+}
+
+/* Snapshots of 6000 extra bytes: 94 chunks of the harness's 64 bytes,
+ * three windows of its 2048 bytes in flight. */
+#define BIG_SNAPSHOT 6000
+
+static size_t big_snapshot(void *ctx, struct sim_node *n, uint8_t **out)
+{
+    (void)ctx;
+    *out = malloc(BIG_SNAPSHOT);
+    cr_assert_not_null(*out);
+    memset(*out, (int)(n->applied & 0xff), BIG_SNAPSHOT);
+    return BIG_SNAPSHOT;
+}
+
+static void big_install(void *ctx, struct sim_node *n, const uint8_t *data, size_t len)
+{
+    (void)ctx;
+    (void)n;
+    cr_assert_eq(len, BIG_SNAPSHOT);
+    for (size_t i = 1; i < len; i++)
+        cr_assert_eq(data[i], data[0], "one blob, not pieces of two");
+}
+
+Test(raft, snapshot_transfer_to_a_slow_follower_outlives_newer_snapshots)
+{
+    struct sim_options o;
+    sim_options_default(&o, 21);
+    /* No jitter: frames on a link arrive in order, as on the TCP peer
+     * links (reordering is sim_raft's and raft_log's business). */
+    o.lat_min_us = o.lat_max_us = 500;
+    sim_init(&C, &o, 3);
+    C.hooks.snapshot = big_snapshot;
+    C.hooks.install = big_install;
+    int l = boot_and_elect();
+    int f = (l + 1) % 3;
+    /* The follower misses enough entries to need a snapshot... */
+    sim_isolate(&C, f, true);
+    for (int i = 0; i < 100; i++) {
+        propose_ok(l, "before", 1);
+        sim_run_until(&C, C.now + MS);
+    }
+    sim_isolate(&C, f, false);
+    /* ... and its link is slow: a round trip of 100 ms, while the leader
+     * takes a snapshot every 48 entries, one entry a millisecond. A
+     * transfer that starts over at each new snapshot never ends; one that
+     * sends one chunk per round trip needs 9 s. */
+    sim_delay(&C, l, f, 50 * MS);
+    uint64_t leader_snapshots0 = C.nodes[l].snapshots_taken;
+    for (int i = 0; i < 2000; i++) {
+        propose_ok(l, "load", 1);
+        sim_run_until(&C, C.now + MS);
+    }
+    cr_assert_eq(sim_leader(&C), l);
+    cr_assert_geq(C.nodes[l].snapshots_taken - leader_snapshots0, 20);
+    cr_assert_geq(C.nodes[f].snapshots_installed, 3, "installed %llu under load",
+                  (unsigned long long)C.nodes[f].snapshots_installed);
+    /* The load stops: it catches up all the way. */
+    uint64_t last = tk_raft_last_index(C.nodes[l].r);
+    cr_assert(sim_run_while(&C, C.now + 2 * SEC, all_committed, &last));
+    cr_assert_eq(C.nodes[f].chain, C.nodes[l].chain);
+}
+
+Test(raft, a_dead_follower_does_not_keep_the_snapshot_from_a_live_one)
+{
+    struct sim_options o;
+    sim_options_default(&o, 22);
+    o.lat_min_us = o.lat_max_us = 500;
+    sim_init(&C, &o, 5);
+    C.hooks.snapshot = big_snapshot;
+    C.hooks.install = big_install;
+    int l = boot_and_elect();
+    int a = (l + 1) % 5;
+    int b = (l + 2) % 5;
+    /* A transfer to `a` starts (into a cut link) and is pinned by the
+     * snapshots that follow; then `a` crashes. */
+    sim_isolate(&C, a, true);
+    for (int i = 0; i < 150; i++) {
+        propose_ok(l, "a behind", 1);
+        sim_run_until(&C, C.now + MS);
+    }
+    sim_crash(&C, a);
+    /* `b` falls behind in turn, then comes back over a slow link. */
+    sim_isolate(&C, b, true);
+    for (int i = 0; i < 150; i++) {
+        propose_ok(l, "b behind", 1);
+        sim_run_until(&C, C.now + MS);
+    }
+    sim_isolate(&C, b, false);
+    sim_delay(&C, l, b, 50 * MS);
+    for (int i = 0; i < 2000; i++) {
+        propose_ok(l, "load", 1);
+        sim_run_until(&C, C.now + MS);
+    }
+    cr_assert_eq(sim_leader(&C), l);
+    cr_assert_geq(C.nodes[b].snapshots_installed, 3, "installed %llu under load",
+                  (unsigned long long)C.nodes[b].snapshots_installed);
+    uint64_t last = tk_raft_last_index(C.nodes[l].r);
+    cr_assert(sim_run_while(&C, C.now + 2 * SEC, all_committed, &last));
+    cr_assert_eq(C.nodes[b].chain, C.nodes[l].chain);
 }
 
 Test(raft, token_counter_after_leader_change_is_above_the_whole_log)

@@ -4,12 +4,12 @@
  * cluster hits rarely: conflicting suffixes, the conflict hint, stale
  * terms, the commit rule of §5.4.2 (the Figure 8 scenario), vote and
  * pre-vote rules, validation of what a peer sends, snapshot chunks out of
- * order, and the assertions that guard Election Safety and committed
- * entries. Method: node 1 of a 5-voter config (ids 1-5); every test builds
- * the state it needs through messages, as peers would send them.
+ * order and the leader's window of chunks, the refusals that guard
+ * Election Safety and committed entries, and the log bounds after a
+ * snapshot. Method: node 1 of a 5-voter config (ids 1-5); every test
+ * builds the state it needs through messages, as peers would send them.
  */
 #include <criterion/criterion.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +128,10 @@ static uint64_t term_at(uint64_t index)
     return e ? e->term : 0;
 }
 
+static uint64_t CHUNK_FROM = 2;
+static uint64_t CHUNK_TERM = 4;
+static int chunk(uint64_t offset, const uint8_t *data, uint32_t len, uint64_t total);
+
 /* Log [1:t1 CONFIG, 2:t2, 3:t2, 4:t2] from leader 2 in term 2, commit 1. */
 static void log_1222(void)
 {
@@ -237,21 +241,48 @@ Test(raft_log, invalid_appends_are_dropped)
     cr_assert_eq(count_sent(TK_RAFT_MSG_APPEND_REPLY), 0);
 }
 
-Test(raft_log, committed_entry_conflict_panics, .signal = SIGABRT)
+Test(raft_log, a_leader_that_contradicts_a_committed_entry_is_refused)
 {
     log_1222();
     append(2, 2, 4, 2, 3, NULL, 0);
     cr_assert_eq(tk_raft_commit(R), 3);
-    /* A leader that disagrees with a committed entry: a safety bug
-     * somewhere, so crash rather than unapply. */
+    /* A leader that disagrees with a committed entry has a bug: its
+     * message is refused (not unapplied, and the node does not crash). */
+    uint64_t invalid = tk_raft_metrics(R)->messages_invalid;
     struct tk_raft_entry e = ent(3, 3, TK_RAFT_DATA, 100);
-    append(3, 3, 2, 2, 3, &e, 1);
+    cr_assert_eq(append(3, 3, 2, 2, 3, &e, 1), TK_EPROTO);
+    cr_assert_eq(tk_raft_term(R), 2, "not even its term is taken");
+    cr_assert_eq(tk_raft_leader(R), 2);
+    cr_assert_eq(term_at(3), 2);
+    cr_assert_eq(tk_raft_last_index(R), 4);
+    cr_assert_eq(tk_raft_metrics(R)->messages_invalid, invalid + 1);
+    cr_assert_eq(count_sent(TK_RAFT_MSG_APPEND_REPLY), 0);
+    /* Same through a prev_term that differs at a committed index. */
+    cr_assert_eq(append(3, 3, 3, 1, 3, NULL, 0), TK_EPROTO);
+    cr_assert_eq(tk_raft_term(R), 2);
+    cr_assert_eq(tk_raft_metrics(R)->messages_invalid, invalid + 2);
+    /* An uncommitted suffix is still replaced as usual. */
+    struct tk_raft_entry f = ent(4, 3, TK_RAFT_DATA, 101);
+    cr_assert_eq(append(3, 3, 3, 2, 3, &f, 1), TK_OK);
+    cr_assert_eq(term_at(4), 3);
 }
 
-Test(raft_log, two_leaders_in_one_term_panics, .signal = SIGABRT)
+Test(raft_log, a_second_leader_in_one_term_is_refused)
 {
     log_1222();
-    append(3, 2, 4, 2, 1, NULL, 0); /* term 2 has leader 2 already */
+    uint64_t invalid = tk_raft_metrics(R)->messages_invalid;
+    /* Term 2 has leader 2 already. */
+    cr_assert_eq(append(3, 2, 4, 2, 1, NULL, 0), TK_EPROTO);
+    cr_assert_eq(tk_raft_leader(R), 2);
+    cr_assert_eq(count_sent(TK_RAFT_MSG_APPEND_REPLY), 0);
+    CHUNK_FROM = 3;
+    CHUNK_TERM = 2;
+    static const uint8_t blob[4] = "abcd";
+    chunk(0, blob, 4, 4);
+    cr_assert_eq(tk_raft_commit(R), 1, "no snapshot from a second leader");
+    cr_assert_eq(count_sent(TK_RAFT_MSG_SNAPSHOT_REPLY), 0);
+    cr_assert_eq(tk_raft_metrics(R)->messages_invalid, invalid + 2);
+    cr_assert_eq(append(2, 2, 4, 2, 1, NULL, 0), TK_OK, "the real one goes on");
 }
 
 /* Makes node 1 leader of term 3 over log [1:t1, 2:t2] (Figure 8 setup). */
@@ -430,10 +461,7 @@ Test(raft_log, prevote_grants_without_changing_state)
     cr_assert_eq(sent(TK_RAFT_MSG_VOTE_REPLY, 3)->vote_reply.granted, 0, "log behind");
 }
 
-static uint64_t CHUNK_FROM = 2;
-static uint64_t CHUNK_TERM = 4;
-
-static void chunk(uint64_t offset, const uint8_t *data, uint32_t len, uint64_t total)
+static int chunk(uint64_t offset, const uint8_t *data, uint32_t len, uint64_t total)
 {
     struct tk_raft_msg m;
     memset(&m, 0, sizeof(m));
@@ -448,7 +476,7 @@ static void chunk(uint64_t offset, const uint8_t *data, uint32_t len, uint64_t t
     m.snapshot.len = len;
     m.snapshot.data = data;
     m.snapshot.config = &CFG;
-    tk_raft_receive(R, &m, NOW, &U);
+    return tk_raft_receive(R, &m, NOW, &U);
 }
 
 Test(raft_log, snapshot_chunks_assemble_in_order_and_install)
@@ -721,13 +749,271 @@ Test(raft_log, learners_do_not_count_toward_commit)
     cr_assert_eq(tk_raft_config_voters(tk_raft_config(R)), 6);
 }
 
-Test(raft_log, an_entry_whose_token_goes_back_is_not_stored)
+Test(raft_log, an_entry_whose_token_does_not_continue_the_counter_is_refused)
 {
     log_1222(); /* counter after entry 4: 102 */
-    struct tk_raft_entry e = ent(5, 2, TK_RAFT_DATA, 101);
-    append(2, 2, 4, 2, 1, &e, 1);
+    struct tk_raft_entry back = ent(5, 2, TK_RAFT_DATA, 101);
+    cr_assert_eq(append(2, 2, 4, 2, 1, &back, 1), TK_EPROTO);
+    struct tk_raft_entry gap = ent(5, 2, TK_RAFT_DATA, 103); /* SPEC 7: no gaps either */
+    cr_assert_eq(append(2, 2, 4, 2, 1, &gap, 1), TK_EPROTO);
     cr_assert_eq(tk_raft_last_index(R), 4);
-    cr_assert_eq(reply()->append_reply.success, 1);
-    cr_assert_eq(reply()->append_reply.index, 4, "acknowledges only what it stored");
-    cr_assert_eq(tk_raft_metrics(R)->messages_invalid, 1);
+    cr_assert_eq(count_sent(TK_RAFT_MSG_APPEND_REPLY), 0, "refused whole, not acknowledged");
+    cr_assert_eq(tk_raft_metrics(R)->messages_invalid, 2);
+    struct tk_raft_entry ok = ent(5, 2, TK_RAFT_DATA, 102);
+    cr_assert_eq(append(2, 2, 4, 2, 1, &ok, 1), TK_OK);
+    cr_assert_eq(reply()->append_reply.index, 5);
+}
+
+/* ------------------------------------------------------------------ */
+/* The leader's window of snapshot chunks                              */
+
+/* The Snapshot messages to `to` in the last update, in order. */
+static uint32_t chunks_to(uint64_t to, const struct tk_raft_msg **out, uint32_t cap)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < U.n_msgs; i++)
+        if (U.msgs[i].type == TK_RAFT_MSG_SNAPSHOT && U.msgs[i].to == to && k < cap)
+            out[k++] = &U.msgs[i];
+    return k;
+}
+
+static int snap_reply(uint64_t from, uint64_t index, uint64_t offset, bool done)
+{
+    struct tk_raft_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = TK_RAFT_MSG_SNAPSHOT_REPLY;
+    m.from = from;
+    m.term = tk_raft_term(R);
+    m.snapshot_reply.index = index;
+    m.snapshot_reply.offset = offset;
+    m.snapshot_reply.done = done;
+    return tk_raft_receive(R, &m, NOW, &U);
+}
+
+/* Commits and applies one more entry, then hands a `len`-byte snapshot. */
+static void leader_snapshot(size_t len)
+{
+    uint8_t d[4] = {0};
+    cr_assert_eq(tk_raft_propose(R, d, 4, tk_raft_next_token(R), 0, NOW, &U), TK_OK);
+    uint64_t last = tk_raft_last_index(R);
+    ack(2, last);
+    ack(3, last);
+    cr_assert_eq(tk_raft_commit(R), last);
+    cr_assert_eq(tk_raft_applied(R, last, NOW, &U), TK_OK);
+    uint8_t *blob = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        blob[i] = (uint8_t)(last + i);
+    cr_assert_eq(tk_raft_snapshot(R, last, blob, len, NOW, &U), TK_OK);
+}
+
+Test(raft_log, snapshot_chunks_are_pipelined_and_resent_from_the_acknowledged_offset)
+{
+    tk_raft_destroy(R);
+    struct tk_raft_options o;
+    tk_raft_options_default(&o, 1, 99);
+    o.heartbeat_us = 10 * MS;
+    o.election_min_us = 240 * MS;
+    o.election_max_us = 250 * MS;
+    o.snapshot_chunk_bytes = 10;
+    o.inflight_bytes_max = 40; /* a window of four chunks */
+    o.snapshot_trailing = 0;
+    R = tk_raft_create(&o);
+    become_leader_t3();
+    leader_snapshot(100); /* snapshot 4 */
+    /* Follower 4 never answered the leader's first Append (prev 2): it
+     * says it has nothing, and the entries it needs are gone. */
+    struct tk_raft_msg rej;
+    memset(&rej, 0, sizeof(rej));
+    rej.type = TK_RAFT_MSG_APPEND_REPLY;
+    rej.from = 4;
+    rej.term = 3;
+    rej.append_reply.index = 2;
+    rej.append_reply.hint = 1;
+    cr_assert_eq(tk_raft_receive(R, &rej, NOW, &U), TK_OK);
+    const struct tk_raft_msg *c[16];
+    cr_assert_eq(chunks_to(4, c, 16), 4, "a window of chunks, not one");
+    for (uint32_t i = 0; i < 4; i++) {
+        cr_assert_eq(c[i]->snapshot.index, 4);
+        cr_assert_eq(c[i]->snapshot.offset, 10 * i);
+        cr_assert_eq(c[i]->snapshot.len, 10);
+        cr_assert_eq(c[i]->snapshot.total, 100);
+        cr_assert_eq(c[i]->snapshot.data[0], (uint8_t)(4 + 10 * i));
+    }
+    /* Each ack slides the window; a lost ack is covered by the next. */
+    snap_reply(4, 4, 10, false);
+    cr_assert_eq(chunks_to(4, c, 16), 1);
+    cr_assert_eq(c[0]->snapshot.offset, 40);
+    snap_reply(4, 4, 30, false);
+    cr_assert_eq(chunks_to(4, c, 16), 2);
+    cr_assert_eq(c[0]->snapshot.offset, 50);
+    cr_assert_eq(c[1]->snapshot.offset, 60);
+    /* A stale ack changes nothing. */
+    snap_reply(4, 4, 20, false);
+    cr_assert_eq(chunks_to(4, c, 16), 0);
+    /* The follower stays at 30 while chunks after it arrive: the chunk at
+     * 30 was lost (or comes late), and it dropped the ones after it. */
+    snap_reply(4, 4, 30, false);
+    cr_assert_eq(chunks_to(4, c, 16), 4, "the window again, from 30");
+    cr_assert_eq(c[0]->snapshot.offset, 30);
+    cr_assert_eq(c[3]->snapshot.offset, 60);
+    snap_reply(4, 4, 30, false);
+    cr_assert_eq(chunks_to(4, c, 16), 0, "once per timeout");
+    snap_reply(4, 4, 40, false);
+    cr_assert_eq(chunks_to(4, c, 16), 1);
+    cr_assert_eq(c[0]->snapshot.offset, 70);
+    /* Another gap within the timeout: that one chunk, once. */
+    snap_reply(4, 4, 40, false);
+    cr_assert_eq(chunks_to(4, c, 16), 1, "the missing chunk again, alone");
+    cr_assert_eq(c[0]->snapshot.offset, 40);
+    cr_assert_eq(c[0]->snapshot.len, 10);
+    snap_reply(4, 4, 40, false);
+    cr_assert_eq(chunks_to(4, c, 16), 0, "once per offset");
+    uint64_t resends = tk_raft_metrics(R)->snapshot_resends;
+    cr_assert_eq(resends, 2);
+    /* No ack moves the window for a resend timeout: the whole window again. */
+    NOW += 20 * MS;
+    tk_raft_tick(R, NOW, &U);
+    cr_assert_eq(chunks_to(4, c, 16), 4);
+    cr_assert_eq(c[0]->snapshot.offset, 40);
+    cr_assert_eq(c[3]->snapshot.offset, 70);
+    cr_assert_eq(tk_raft_metrics(R)->snapshot_resends, resends + 1);
+    /* Waiting on acks, the follower still hears from the leader at every
+     * heartbeat: an empty Append after the last entry compacted. */
+    NOW += 10 * MS;
+    tk_raft_tick(R, NOW, &U);
+    cr_assert_eq(chunks_to(4, c, 16), 0, "the timeout doubled");
+    const struct tk_raft_msg *hb = sent(TK_RAFT_MSG_APPEND, 4);
+    cr_assert_not_null(hb);
+    cr_assert_eq(hb->append.n, 0);
+    cr_assert_eq(hb->append.prev_index, 4);
+    cr_assert_eq(hb->append.prev_term, 3);
+    /* Its reply (a reject: the follower has none of it) changes nothing. */
+    struct tk_raft_msg hr;
+    memset(&hr, 0, sizeof(hr));
+    hr.type = TK_RAFT_MSG_APPEND_REPLY;
+    hr.from = 4;
+    hr.term = 3;
+    hr.append_reply.index = 4;
+    hr.append_reply.hint = 1;
+    cr_assert_eq(tk_raft_receive(R, &hr, NOW, &U), TK_OK);
+    cr_assert_eq(chunks_to(4, c, 16), 0);
+    /* A newer snapshot does not restart the transfer: the old blob stays
+     * pinned until the follower has it. */
+    leader_snapshot(50); /* snapshot 5 */
+    snap_reply(4, 4, 70, false);
+    cr_assert_eq(chunks_to(4, c, 16), 2);
+    for (uint32_t i = 0; i < 2; i++) {
+        cr_assert_eq(c[i]->snapshot.index, 4);
+        cr_assert_eq(c[i]->snapshot.offset, 80 + 10 * i);
+        cr_assert_eq(c[i]->snapshot.data[0], (uint8_t)(4 + 80 + 10 * i), "the old bytes");
+    }
+    /* Acks of more than the blob holds are refused. */
+    uint64_t invalid = tk_raft_metrics(R)->messages_invalid;
+    cr_assert_eq(snap_reply(4, 4, 101, false), TK_EPROTO);
+    cr_assert_eq(tk_raft_metrics(R)->messages_invalid, invalid + 1);
+    cr_assert_eq(snap_reply(4, 99, 0, true), TK_EPROTO, "done beyond the log");
+    cr_assert_eq(tk_raft_metrics(R)->messages_invalid, invalid + 2);
+    /* Installed: the follower needs entries the log dropped since, so the
+     * next transfer starts, with the current snapshot. */
+    cr_assert_eq(snap_reply(4, 4, 100, true), TK_OK);
+    cr_assert_eq(tk_raft_metrics(R)->snapshots_sent, 1);
+    cr_assert_geq(chunks_to(4, c, 16), 1);
+    cr_assert_eq(c[0]->snapshot.index, 5);
+    cr_assert_eq(c[0]->snapshot.offset, 0);
+    cr_assert_eq(c[0]->snapshot.total, 50);
+    snap_reply(4, 5, 50, true);
+    struct tk_raft_status st;
+    tk_raft_status(R, &st);
+    cr_assert_eq(st.members[3].match, 5);
+    cr_assert_eq(st.members[3].progress, 0, "probing again");
+}
+
+/* ------------------------------------------------------------------ */
+/* Log bounds after a snapshot                                         */
+
+static uint8_t MIB[1u << 20];
+
+/* A standalone leader with a small log bound. */
+static void standalone(uint64_t log_entries_max, uint64_t log_bytes_max, uint64_t snapshot_bytes)
+{
+    tk_raft_destroy(R);
+    struct tk_raft_options o;
+    tk_raft_options_default(&o, 1, 99);
+    o.log_entries_max = log_entries_max;
+    o.log_bytes_max = log_bytes_max;
+    o.snapshot_bytes = snapshot_bytes;
+    R = tk_raft_create(&o);
+    struct tk_raft_config one = CFG;
+    one.n = 1;
+    cr_assert_eq(tk_raft_bootstrap(R, &one, 777, NOW, &U), TK_OK);
+    cr_assert_eq(tk_raft_commit(R), 2);
+}
+
+/* The driver's part: apply what committed, hand the snapshot asked for. */
+static bool apply_and_snapshot(void)
+{
+    cr_assert_eq(tk_raft_applied(R, tk_raft_commit(R), NOW, &U), TK_OK);
+    if (!(U.flags & TK_RAFT_UPDATE_SNAPSHOT_WANTED))
+        return false;
+    uint8_t *blob = malloc(8);
+    memcpy(blob, "snapshot", 8);
+    cr_assert_eq(tk_raft_snapshot(R, U.snapshot_index, blob, 8, NOW, &U), TK_OK);
+    return true;
+}
+
+Test(raft_log, trailing_entries_are_bounded_in_bytes_so_a_full_log_shrinks)
+{
+    /* 1 MiB entries, an 8 MiB log: the default 1024 trailing entries would
+     * keep all of them after a snapshot. */
+    standalone(1u << 20, 8u << 20, 2u << 20);
+    int rv = TK_OK;
+    uint32_t ok = 0;
+    while (rv == TK_OK && ok < 100) {
+        rv = tk_raft_propose(R, MIB, sizeof(MIB), tk_raft_next_token(R), 1, NOW, &U);
+        ok += rv == TK_OK;
+    }
+    cr_assert_eq(rv, TK_EFULL);
+    cr_assert_eq(ok, 7, "7 MiB and the CONFIG entry: no room for another MiB");
+    cr_assert(apply_and_snapshot(), "the core asks for a snapshot");
+    struct tk_raft_status st;
+    tk_raft_status(R, &st);
+    cr_assert_eq(st.snapshot_index, st.last_index);
+    cr_assert_leq(st.log_bytes, 2u << 20, "a quarter of the bound at most: %llu",
+                  (unsigned long long)st.log_bytes);
+    cr_assert_eq(tk_raft_propose(R, MIB, sizeof(MIB), tk_raft_next_token(R), 1, NOW, &U), TK_OK,
+                 "proposals are accepted again");
+    /* And for good, with the driver taking snapshots as asked. */
+    for (int i = 0; i < 100; i++) {
+        rv = tk_raft_propose(R, MIB, sizeof(MIB), tk_raft_next_token(R), 1, NOW, &U);
+        cr_assert_eq(rv, TK_OK, "proposal %d: %s", i, tk_strerror(rv));
+        apply_and_snapshot();
+        tk_raft_status(R, &st);
+        cr_assert_lt(st.log_bytes, 8u << 20);
+    }
+}
+
+Test(raft_log, snapshots_are_asked_for_below_the_log_bounds)
+{
+    /* snapshot_bytes (64 MiB by default) above an 8 MiB log bound: the
+     * core still asks in time, at half the bound. */
+    standalone(1u << 20, 8u << 20, 64u << 20);
+    uint32_t asked = 0;
+    for (int i = 0; i < 40; i++) {
+        int rv = tk_raft_propose(R, MIB, sizeof(MIB), tk_raft_next_token(R), 1, NOW, &U);
+        cr_assert_eq(rv, TK_OK, "proposal %d: %s", i, tk_strerror(rv));
+        asked += apply_and_snapshot();
+    }
+    cr_assert_geq(asked, 8);
+    /* Likewise in entries: 8 entries at most, 1024 trailing by default. */
+    standalone(8, 8u << 20, 64u << 20);
+    asked = 0;
+    for (int i = 0; i < 40; i++) {
+        int rv = tk_raft_propose(R, NULL, 0, tk_raft_next_token(R), 0, NOW, &U);
+        cr_assert_eq(rv, TK_OK, "proposal %d: %s", i, tk_strerror(rv));
+        asked += apply_and_snapshot();
+        struct tk_raft_status st;
+        tk_raft_status(R, &st);
+        cr_assert_leq(st.log_entries, 6);
+    }
+    cr_assert_geq(asked, 8);
 }

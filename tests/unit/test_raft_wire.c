@@ -328,6 +328,18 @@ Test(raft_wire, bad_strings_and_config)
     f.msg.snapshot.offset = 90;
     n = encode(&f);
     cr_assert_eq(tk_wire_decode(BUF, n, &g, &S), TK_EPROTO);
+    /* offset itself beyond the total, with an empty chunk */
+    f = sample(TK_RAFT_MSG_SNAPSHOT);
+    f.msg.snapshot.offset = 101;
+    f.msg.snapshot.len = 0;
+    f.msg.snapshot.data = NULL;
+    n = encode(&f);
+    cr_assert_eq(tk_wire_decode(BUF, n, &g, &S), TK_EPROTO);
+    /* an empty chunk at the total is well-formed (the leader's keepalive
+     * of a finished window) */
+    f.msg.snapshot.offset = 100;
+    n = encode(&f);
+    cr_assert_eq(tk_wire_decode(BUF, n, &g, &S), TK_OK);
 }
 
 Test(raft_wire, domain_is_reported_for_the_caller_to_judge)
