@@ -972,9 +972,7 @@ void *bench_thread_main(void *arg)
         tk_tls_free(c->tls);
         c->tls = NULL;
     }
-#ifdef FP_ECC
     tk_tls_thread_done(); /* wolfSSL keeps a cache per thread */
-#endif
     return NULL;
 }
 

@@ -231,7 +231,10 @@ static void conn_down(struct cl_conn *k,
     cl_log(c, tls_refused ? 0 : was_ready ? 1 : 3, "connection to %s: %s", k->addr, why);
     if (record) {
         pthread_mutex_lock(&c->mu);
-        snprintf(c->last_error, sizeof c->last_error, "%s: %s", k->addr, why);
+        /* Truncated at the buffer, which is fine for an error string. */
+        int n = snprintf(c->last_error, sizeof c->last_error, "%.255s: ", k->addr);
+        if (n > 0 && (size_t)n < sizeof c->last_error)
+            snprintf(c->last_error + n, sizeof c->last_error - (size_t)n, "%s", why);
         pthread_mutex_unlock(&c->mu);
     }
     conn_teardown(k);
@@ -936,10 +939,8 @@ void cl_conn_event(struct cl_conn *k, uint32_t events, uint64_t now_us)
 
 void cl_tls_thread_end(void)
 {
-#ifdef FP_ECC
     /* wolfSSL keeps an ECC point cache per thread that only this frees: a
      * client made and destroyed over and over would leak one per I/O
      * thread. */
-    tk_tls_thread_done(); /* wolfSSL keeps a cache per thread */
-#endif
+    tk_tls_thread_done();
 }

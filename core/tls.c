@@ -252,6 +252,9 @@ static int self_check(struct tk_tls_ctx *sc)
     tk_tls_free(s);
     tk_tls_free(c);
     wolfSSL_CTX_free(cctx);
+    /* The handshake filled this thread's ECC cache; the caller may be a
+     * thread that never does TLS again (main, configuration checks). */
+    tk_tls_thread_done();
     return rc;
 }
 

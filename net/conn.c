@@ -253,11 +253,9 @@ struct tk_tls_ctx *tk_server_tls_ctx(struct tk_server *s)
 
 void conn_tls_thread_end(void)
 {
-#ifdef FP_ECC
     /* wolfSSL keeps an ECC point cache per thread, filled by the TLS
      * handshakes this worker ran, that only this frees. */
     tk_tls_thread_done();
-#endif
 }
 
 /* "host:port" of the connection's peer, for log lines. */

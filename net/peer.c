@@ -21,12 +21,6 @@
  * L_AUTH (acceptor), so the handshake deadline and the budget of
  * unauthenticated inbound links cover TLS too. Without TLS (l->tls NULL)
  * every path is the one it always was. */
-/* options.h before any other wolfSSL header: it says what the library
- * was built with (FP_ECC below). */
-#include <wolfssl/options.h>
-
-#include <wolfssl/wolfcrypt/ecc.h>
-
 #include "net/peer.h"
 
 #include <arpa/inet.h>
@@ -442,9 +436,7 @@ static pthread_once_t tls_thread_once = PTHREAD_ONCE_INIT;
 static void tls_thread_end(void *unused)
 {
     (void)unused;
-#ifdef FP_ECC
-    wc_ecc_fp_free();
-#endif
+    tk_tls_thread_done();
 }
 
 static void tls_thread_key_init(void)

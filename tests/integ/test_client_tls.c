@@ -264,9 +264,7 @@ static void *srv_conn_main(void *arg)
     close(sc->fd);
     free(in);
     free(sc);
-#ifdef FP_ECC
     tk_tls_thread_done(); /* wolfSSL keeps a cache per thread */
-#endif
     return NULL;
 }
 

@@ -348,7 +348,9 @@ int tk_tc_handshake(struct tk_tc *c, const char *secret)
         return -1;
     if (tk_tc_line(c, line, sizeof(line), 5000) < 0)
         return -1;
-    snprintf(c->ok_line, sizeof(c->ok_line), "%s", line);
+    size_t n = strnlen(line, sizeof(c->ok_line) - 1);
+    memcpy(c->ok_line, line, n);
+    c->ok_line[n] = 0;
     const char *sproof;
     uint64_t domain[2];
     if (!tk_proto_parse_ok(line, strlen(line), &sproof, &c->node_id, domain))
