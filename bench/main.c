@@ -28,6 +28,7 @@
 #include "bench/bench.h"
 #include "core/auth.h"
 #include "core/tls.h"
+#include "tk_version.h"
 
 #define READY_TIMEOUT_S 60.0
 #define MEM_TIMEOUT_S 600.0
@@ -483,6 +484,7 @@ enum {
     OPT_MINPAIRS,
     OPT_PROGRESS,
     OPT_HELP,
+    OPT_VERSION,
     OPT_CASE,
     OPT_PROBE,
     OPT_TLS_CA,
@@ -525,6 +527,7 @@ static const struct option long_opts[] = {
     {"tls-key", required_argument, NULL, OPT_TLS_KEY},
     {"tls-server-name", required_argument, NULL, OPT_TLS_NAME},
     {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
 
@@ -687,6 +690,9 @@ static int parse_args(int argc, char **argv, struct bench *b, struct cli *o)
             case OPT_HELP:
             case 'h':
                 usage(stdout);
+                return -1;
+            case OPT_VERSION:
+                printf("ticketing-bench %s (commit %s)\n", TK_VERSION, TK_COMMIT);
                 return -1;
             default:
                 usage(stderr);

@@ -231,10 +231,15 @@ static void conn_down(struct cl_conn *k,
     cl_log(c, tls_refused ? 0 : was_ready ? 1 : 3, "connection to %s: %s", k->addr, why);
     if (record) {
         pthread_mutex_lock(&c->mu);
-        /* Truncated at the buffer, which is fine for an error string. */
-        int n = snprintf(c->last_error, sizeof c->last_error, "%.255s: ", k->addr);
-        if (n > 0 && (size_t)n < sizeof c->last_error)
-            snprintf(c->last_error + n, sizeof c->last_error - (size_t)n, "%s", why);
+        /* "addr: why", cut at the buffer, which is fine for an error. */
+        size_t cap = sizeof c->last_error - 1, n = 0;
+        const char *parts[] = {k->addr, ": ", why};
+        for (size_t i = 0; i < 3; i++) {
+            size_t m = strnlen(parts[i], cap - n);
+            memcpy(c->last_error + n, parts[i], m);
+            n += m;
+        }
+        c->last_error[n] = 0;
         pthread_mutex_unlock(&c->mu);
     }
     conn_teardown(k);

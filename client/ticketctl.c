@@ -22,6 +22,7 @@
 
 #include "client/ticketctl.h"
 #include "client/ticketing.h"
+#include "tk_version.h"
 
 extern char **environ;
 
@@ -69,6 +70,7 @@ static void usage(FILE *f)
         "  --grace D                         wait for an answer past --wait (default 2s)\n"
         "  --json                            machine-readable output\n"
         "  -v, --verbose                     log connection events to stderr\n"
+        "  --version                         print the version and the commit built\n"
         "\n"
         "exit codes: 0 ok (run: the command's own code), 64 usage (also an unusable\n"
         "  secret or TLS file), 80 busy, 81 timeout, 82 indeterminate (do not assume the\n"
@@ -189,6 +191,10 @@ static int parse_args(struct ctl_opts *o, int argc, char **argv)
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            exit(CTL_EXIT_OK);
+        }
+        if (!strcmp(a, "--version")) {
+            printf("ticketctl %s (commit %s)\n", TK_VERSION, TK_COMMIT);
             exit(CTL_EXIT_OK);
         }
         if (!strcmp(a, "--json")) {

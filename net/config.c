@@ -2,6 +2,7 @@
  * option, its environment variable, its bounds and its help line, so the
  * three cannot drift apart. */
 #include "net/config.h"
+#include "tk_version.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -139,7 +140,9 @@ static void usage(void)
     printf(
         "usage: ticketingd [options]\n\n"
         "Every option can also be set by its environment variable, e.g. --peer-port\n"
-        "as TICKETING_PEER_PORT; flags win over the environment.\n\n");
+        "as TICKETING_PEER_PORT; flags win over the environment.\n\n"
+        "  --%-22s %s\n",
+        "version", "print the version and the commit built, then exit");
     for (size_t i = 0; i < TK_ARRAY_LEN(opts); i++)
         printf("  --%-22s %s\n", opts[i].name, opts[i].help);
 }
@@ -186,6 +189,10 @@ int tk_options_parse(struct tk_options *o, int argc, char **argv, char *err, siz
         const char *arg = argv[a];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
             usage();
+            return 1;
+        }
+        if (!strcmp(arg, "--version")) {
+            printf("ticketingd %s (commit %s)\n", TK_VERSION, TK_COMMIT);
             return 1;
         }
         if (strncmp(arg, "--", 2) != 0) {
