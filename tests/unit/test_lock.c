@@ -205,6 +205,35 @@ Test(matrix, r_exact_held_waiters_hands_off_in_one_command)
     fx_expect_q(9, 1, "bob", t2, 0);
 }
 
+/* SPEC 6, IN-FLIGHT column: a waiter that arrives after a RELEASE was
+ * proposed (the queue was empty when the holder let go, so the key really
+ * was free at that moment) is queued; the RELEASE commits, the GRANT for
+ * the head follows at once and in arrival order, and nobody who comes in
+ * between, wait 0 or not, gets ahead of it. */
+Test(matrix, a_wait_behind_release_in_flight_is_granted_next)
+{
+    uint64_t t1 = fx_hold(1, 1, "k", "alice", LEASE);
+    fx_rel(1, 2, "k", "alice", t1);
+    fx_expect_prop(TK_CMD_RELEASE, "k", NULL, t1, false);
+    fx_acq(2, 1, "k", "bob", LEASE, WAIT);
+    fx_acq(3, 1, "k", "carol", LEASE, WAIT);
+    fx_expect_quiet();
+    cr_assert_eq(fx_pending(), 1, "the RELEASE is the only proposal");
+    cr_assert_eq(fx_commit(), 0);
+    fx_expect('R', 1, 2);
+    fx_expect_quiet();
+    cr_assert_eq(fx_pending(), 1, "the head's GRANT goes out with the commit");
+    fx_expect_prop(TK_CMD_GRANT, "k", "bob", 0, false);
+    fx_acq(4, 1, "k", "dave", LEASE, 0);
+    fx_expect('B', 4, 1);
+    uint64_t t2 = fx_commit();
+    cr_assert_gt(t2, t1);
+    fx_expect_g(2, 1, t2);
+    fx_expect_quiet();
+    fx_qry(9, 1, "k");
+    fx_expect_q(9, 1, "bob", t2, 1);
+}
+
 Test(matrix, r_exact_in_flight_waits_then_reevaluates)
 {
     uint64_t t1 = fx_hold(1, 1, "k", "alice", LEASE);
