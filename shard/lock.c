@@ -409,7 +409,7 @@ int tk_lock_request(struct tk_lock_table *t,
 /* ---- Committed commands -------------------------------------------------- */
 
 /* Installs a holder from a GRANT or HANDOFF: a new token, owner and lease,
- * counted from now (plus the drift margin off the leader). Returns the key,
+ * counted from now plus the drift margin. Returns the key,
  * which may have moved to fit a longer owner. */
 static struct lock_key *lock_holder_set(struct tk_lock_table *t,
                                         struct lock_key *k,
@@ -424,9 +424,7 @@ static struct lock_key *lock_holder_set(struct tk_lock_table *t,
     k->lease_ms = c->lease_ms;
     k->owner_len = c->owner_len;
     memcpy(k->bytes + k->key_len, c->owner, c->owner_len);
-    uint64_t due = now_us + (uint64_t)c->lease_ms * US_PER_MS;
-    if (!t->leader)
-        due += TK_LOCK_DRIFT_US(c->lease_ms);
+    uint64_t due = now_us + (uint64_t)c->lease_ms * US_PER_MS + TK_LOCK_DRIFT_US(c->lease_ms);
     k->lease_due_us = due;
     if (k->lease_slot == TK_TIMER_NONE)
         tk_timer_push(&t->leases, due, &k->lease_slot); /* room reserved per key */
@@ -590,8 +588,11 @@ void tk_lock_restore_left(struct tk_lock_table *t,
     k = lock_key_new(t, hash, grant->key, grant->key_len, grant->owner_len);
     TK_ASSERT(k != NULL && "out of memory restoring a snapshot");
     lock_holder_set(t, k, now_us, grant);
-    if (left_ms < grant->lease_ms) { /* count what is left, not a fresh lease */
-        k->lease_due_us = now_us + (uint64_t)left_ms * US_PER_MS + TK_LOCK_DRIFT_US(left_ms);
+    if (left_ms < grant->lease_ms) {
+        /* Count what is left, not a fresh lease, with the lease's margin:
+         * the deadline less that margin is what a later cut sends on. */
+        k->lease_due_us =
+            now_us + (uint64_t)left_ms * US_PER_MS + TK_LOCK_DRIFT_US(grant->lease_ms);
         tk_timer_update(&t->leases, k->lease_slot, k->lease_due_us);
     }
     t->max_token = TK_MAX(t->max_token, grant->token);

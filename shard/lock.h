@@ -111,9 +111,11 @@ struct tk_lock_table;
 struct tk_lock_table *tk_lock_create(const struct tk_lock_limits *limits);
 void tk_lock_destroy(struct tk_lock_table *t);
 
-/* Lease deadlines. The leader that applies a grant counts the lease from
- * that moment; every other node adds a margin for clock-rate drift, so a
- * new leader expires late, never early (SPEC 6). */
+/* Lease deadlines. Every node counts a lease from the moment it applied
+ * the grant plus a margin for clock-rate drift and small jumps, so a lease
+ * ends late, never early: on a follower that becomes leader (its clock
+ * against the old leader's), and on the leader itself (its clock against
+ * the client's, which counts from its send). */
 #define TK_LOCK_DRIFT_US(lease_ms) ((uint64_t)(lease_ms) + 50000u) /* 0.1% + 50 ms */
 
 /* Role changes. tk_lock_lead() must be called only once every committed
@@ -188,8 +190,9 @@ void tk_lock_each_holder(const struct tk_lock_table *t,
                          void *ctx);
 
 /* Like tk_lock_each_holder(), with what is left of each holder's lease at
- * now_us (ms, rounded up, 1..lease_ms): a snapshot carries it so that an
- * install does not give a holder a fresh lease. */
+ * now_us, not counting the drift margin (ms, rounded up, 1..lease_ms): a
+ * snapshot carries it so that an install does not give a holder a fresh
+ * lease. */
 void tk_lock_each_holder_left(const struct tk_lock_table *t,
                               uint64_t now_us,
                               void (*fn)(void *ctx, const struct tk_cmd *grant, uint32_t left_ms),
@@ -207,7 +210,7 @@ void tk_lock_clear(struct tk_lock_table *t);
  * lease counts from now_us plus the drift margin: late, never early. */
 void tk_lock_restore(struct tk_lock_table *t, uint64_t now_us, const struct tk_cmd *grant);
 /* Likewise, with left_ms (1..grant->lease_ms) of the lease left: the lease
- * counts left_ms from now_us, plus the drift margin. */
+ * counts left_ms from now_us, plus the lease's drift margin. */
 void tk_lock_restore_left(struct tk_lock_table *t,
                           uint64_t now_us,
                           const struct tk_cmd *grant,

@@ -41,9 +41,12 @@ static void each_holder_one(void *ctx, struct lock_key *k)
         e->fn(e->ctx, &c);
         return;
     }
-    /* What is left of the lease, rounded up, at least 1 ms (an expiry may
-     * be due or in flight), at most the lease. */
-    uint64_t left_us = k->lease_due_us > e->now_us ? k->lease_due_us - e->now_us : 0;
+    /* What is left of the lease itself (the deadline less the drift
+     * margin it was counted with: whoever restores it adds its own), rounded
+     * up, at least 1 ms (an expiry may be due or in flight), at most the
+     * lease. */
+    uint64_t end = k->lease_due_us - TK_MIN(k->lease_due_us, TK_LOCK_DRIFT_US(k->lease_ms));
+    uint64_t left_us = end > e->now_us ? end - e->now_us : 0;
     uint64_t left = TK_MAX((left_us + 999u) / 1000u, 1u);
     e->fn_left(e->ctx, &c, (uint32_t)TK_MIN(left, (uint64_t)k->lease_ms));
 }

@@ -314,7 +314,7 @@ static void m_apply(const struct tk_cmd *c)
         mk->owner = owner_index(c->owner, c->owner_len);
         mk->token = c->token;
         mk->lease_ms = c->lease_ms;
-        mk->due = m.now + c->lease_ms * 1000ull + (m.leader ? 0 : TK_LOCK_DRIFT_US(c->lease_ms));
+        mk->due = m.now + c->lease_ms * 1000ull + TK_LOCK_DRIFT_US(c->lease_ms);
         mk->armed = true;
     } else {
         M_ASSERT(mk->held && mk->token == c->old_token);

@@ -937,8 +937,7 @@ static void before_apply(struct sim_proc *P, uint32_t i, const struct tk_cmd *c,
     if (leads)
         k->v[p].visible_us = TK_MIN(k->v[p].visible_us, P->S->c->now);
     if (tk_cmd_grants(c))
-        P->due_local[ki] =
-            local + (uint64_t)c->lease_ms * MS + (leads ? 0 : TK_LOCK_DRIFT_US(c->lease_ms));
+        P->due_local[ki] = local + (uint64_t)c->lease_ms * MS + TK_LOCK_DRIFT_US(c->lease_ms);
 }
 
 /* An INSTALL for shard i: its keys take their state at the index. */
@@ -963,7 +962,7 @@ static void before_install(struct sim_proc *P,
         CHECK(S, ki >= 0 && own[ki] == i, "INSTALL of a key of another shard");
         CHECK(S, S->keys[ki].v[P->pos[ki]].token == c.token, "INSTALL of %s: not the model's",
               S->keys[ki].name);
-        P->due_local[ki] = local + (uint64_t)left * MS + TK_LOCK_DRIFT_US(left);
+        P->due_local[ki] = local + (uint64_t)left * MS + TK_LOCK_DRIFT_US(c.lease_ms);
         n++;
     }
     CHECK(S, n == in->count, "INSTALL count");

@@ -265,7 +265,7 @@ Test(matrix, r_exact_in_flight_waits_then_reevaluates)
 Test(matrix, r_exact_behind_expiry_in_flight_not_held)
 {
     uint64_t tok = fx_hold(1, 1, "k", "alice", 1000);
-    fx_advance_ms(1000); /* EXPIRE in flight */
+    fx_advance_us(FX_LEASE_US(1000)); /* EXPIRE in flight */
     fx_expect_prop(TK_CMD_EXPIRE, "k", NULL, tok, false);
     fx_rel(1, 2, "k", "alice", tok); /* exact now, but waits for the expiry */
     fx_expect_quiet();
@@ -372,8 +372,9 @@ Test(matrix, lease_held_no_waiters_proposes_expire)
 {
     uint64_t t0 = fx.now;
     uint64_t tok = fx_hold(1, 1, "k", "alice", 2000);
-    cr_assert_eq(tk_lock_next_deadline(fx.t), t0 + 2000000u, "the leader counts from its apply");
-    fx_advance_us(2000000u - 1);
+    cr_assert_eq(tk_lock_next_deadline(fx.t), t0 + FX_LEASE_US(2000),
+                 "the leader counts from its apply, plus the margin");
+    fx_advance_us(FX_LEASE_US(2000) - 1);
     cr_assert_eq(fx_pending(), 0);
     fx_advance_us(1);
     fx_expect_prop(TK_CMD_EXPIRE, "k", NULL, tok, false);
@@ -392,7 +393,7 @@ Test(matrix, lease_held_waiters_hands_off_to_head)
     uint64_t t1 = fx_hold(1, 1, "k", "alice", 2000);
     fx_acq(2, 1, "k", "bob", LEASE, 100000);
     fx_acq(3, 1, "k", "carol", LEASE, 100000);
-    fx_advance_ms(2000);
+    fx_advance_us(FX_LEASE_US(2000));
     fx_expect_prop(TK_CMD_HANDOFF, "k", "bob", t1, true);
     cr_assert_eq(fx_pending(), 1);
     uint64_t t2 = fx_commit();
@@ -430,15 +431,15 @@ Test(matrix, lease_in_flight_handoff_new_holder_keeps_fresh_lease)
     fx_expect('R', 1, 2);
     fx_expect_g(2, 1, t2);
     cr_assert_eq(fx_pending(), 0);
-    cr_assert_eq(tk_lock_next_deadline(fx.t), fx.now + 4000000u);
-    fx_advance_ms(4000);
+    cr_assert_eq(tk_lock_next_deadline(fx.t), fx.now + FX_LEASE_US(4000));
+    fx_advance_us(FX_LEASE_US(4000));
     fx_expect_prop(TK_CMD_EXPIRE, "k", NULL, t2, false);
 }
 
 Test(matrix, lease_due_while_expire_in_flight_fires_once)
 {
     uint64_t t1 = fx_hold(1, 1, "k", "alice", 1000);
-    fx_advance_ms(1000);
+    fx_advance_us(FX_LEASE_US(1000));
     fx_expect_prop(TK_CMD_EXPIRE, "k", NULL, t1, false);
     fx_advance_ms(5000);
     cr_assert_eq(fx_pending(), 1, "one expiry per lease");

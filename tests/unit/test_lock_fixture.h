@@ -206,6 +206,10 @@ FX_FN void fx_advance_ms(uint64_t ms)
     tk_lock_check(fx.t);
 }
 
+/* A lease of ms, as every node counts it: the lease plus the drift
+ * margin, from the apply. */
+#define FX_LEASE_US(ms) ((uint64_t)(ms)*1000u + TK_LOCK_DRIFT_US(ms))
+
 FX_FN void fx_advance_us(uint64_t us)
 {
     fx.now += us;

@@ -133,7 +133,7 @@ Test(lead, lease_expiry_of_idle_key_takes_one_in_tick)
 {
     uint64_t tok = fx_hold(1, 1, "k", "alice", LEASE);
     cr_assert_null(key_of("k")->lead);
-    fx_advance_ms(LEASE);
+    fx_advance_us(FX_LEASE_US(LEASE));
     fx_expect_prop(TK_CMD_EXPIRE, "k", NULL, tok, false);
     struct lock_key *k = key_of("k");
     cr_assert_not_null(k->lead);
@@ -185,7 +185,7 @@ Test(lead_scale, in_flight_room_follows_leads_not_keys, .fini = fx_teardown)
     cr_assert_eq(leads(), 0);
     cr_assert_leq(fx.t->flight_cap, 64, "in-flight room for idle keys: %llu",
                   (unsigned long long)fx.t->flight_cap);
-    fx_advance_ms(LEASE);
+    fx_advance_us(FX_LEASE_US(LEASE));
     cr_assert_eq(fx_pending(), KEYS);
     cr_assert_eq(leads(), KEYS);
     cr_assert_geq(fx.t->flight_cap, KEYS);

@@ -253,12 +253,12 @@ Test(move, expiry_handoff_to_longer_owner_keeps_lease_timer)
     const char *longer = "a-much-longer-owner-name-than-before-0123456789";
     uint64_t t1 = fx_hold(1, 1, "k", "a", 1000);
     fx_acq(2, 1, "k", longer, 2000, 50000);
-    fx_advance_ms(1000);
+    fx_advance_us(FX_LEASE_US(1000));
     fx_expect_prop(TK_CMD_HANDOFF, "k", longer, t1, true);
     uint64_t t2 = fx_commit();
     fx_expect_g(2, 1, t2);
-    cr_assert_eq(tk_lock_next_deadline(fx.t), fx.now + 2000000u);
-    fx_advance_ms(2000);
+    cr_assert_eq(tk_lock_next_deadline(fx.t), fx.now + FX_LEASE_US(2000));
+    fx_advance_us(FX_LEASE_US(2000));
     fx_expect_prop(TK_CMD_EXPIRE, "k", NULL, t2, false);
 }
 
