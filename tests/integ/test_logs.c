@@ -250,9 +250,13 @@ Test(logs, failed_logins_on_the_client_port_are_rate_limited)
                  "%s", text);
 }
 
+/* The cluster logs JSON too: the peer port's lines, and every line of the
+ * three members from start to shutdown (bootstrap, leadership, peer
+ * links, leadership handed over) must parse. */
 Test(logs, failed_logins_on_the_peer_port_are_rate_limited)
 {
-    static const char *const fast[] = {"--heartbeat-ms", "50", "--election-ms", "400", NULL};
+    static const char *const fast[] = {
+        "--heartbeat-ms", "50", "--election-ms", "400", "--log-format", "json", NULL};
     cr_assert_eq(tk_cluster_start(&cl, 3, fast), 0);
     struct tk_node *m = &cl.node[1];
     flood_and_check(m, m->port + 1, "TICKETING-PEER/1", "auth failed from 127.0.0.1:");
@@ -260,4 +264,10 @@ Test(logs, failed_logins_on_the_peer_port_are_rate_limited)
     cr_assert_gt(count_lines(text, "auth failed from 127.0.0.1:", "(peer port): bad proof"), 0,
                  "%s", text);
     cr_assert_eq(count_lines(text, "(client port)", NULL), 0, "%s", text);
+    for (int i = 0; i < 3; i++) /* stopped first: no line half written */
+        tk_node_stop(&cl.node[i], SIGTERM, 10000);
+    for (int i = 0; i < 3; i++) {
+        text = read_log(&cl.node[i]);
+        cr_assert_gt(json_lines(cl.node[i].log_file), 0, "member %d:\n%s", i, text);
+    }
 }
