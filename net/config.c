@@ -2,6 +2,7 @@
  * option, its environment variable, its bounds and its help line, so the
  * three cannot drift apart. */
 #include "net/config.h"
+#include "net/log.h"
 #include "tk_version.h"
 
 #include <errno.h>
@@ -9,8 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
-enum opt_kind { OPT_STR, OPT_U32, OPT_U64, OPT_BOOL };
+/* OPT_LEVEL and OPT_FORMAT: a uint32_t set from a name of their list (any
+ * case) to its index in the list; when max is not 0, the index itself is
+ * accepted too. */
+enum opt_kind { OPT_STR, OPT_U32, OPT_U64, OPT_BOOL, OPT_LEVEL, OPT_FORMAT };
 
 struct opt {
     const char *name; /* flag without "--"; env is TICKETING_ + upper(name) */
@@ -20,6 +25,10 @@ struct opt {
     uint64_t min, max;
     const char *help;
 };
+
+/* In the order of TK_LOG_ERROR.. and TK_LOG_TEXT.. (net/log.h). */
+static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
+static const char *const format_names[] = {"text", "json", NULL};
 
 #define O(f) offsetof(struct tk_options, f)
 #define S(f) sizeof(((struct tk_options *)0)->f)
@@ -50,7 +59,10 @@ static const struct opt opts[] = {
      "when a majority of members lost their state, start a new fencing domain"},
     {"new-domain-hold-ms", OPT_U32, O(new_domain_hold_ms), 0, 0, 3600000,
      "a forced new domain grants nothing this long (default 250000, the longest lease)"},
-    {"log-level", OPT_U32, O(log_level), 0, 0, 3, "0 error, 1 warn, 2 info, 3 debug (default 2)"},
+    {"log-level", OPT_LEVEL, O(log_level), 0, 0, 3,
+     "error, warn, info or debug, or 0-3 in that order (default info)"},
+    {"log-format", OPT_FORMAT, O(log_format), 0, 0, 0,
+     "text or json: one JSON object per line (default text)"},
     {"max-connections", OPT_U32, O(max_connections), 0, 1, 1000000,
      "client connections (default 10000)"},
     {"max-handshakes", OPT_U32, O(max_handshakes), 0, 1, 1000000,
@@ -81,7 +93,8 @@ static void defaults(struct tk_options *o)
     o->heartbeat_ms = 100;
     o->election_ms = 2400;
     o->new_domain_hold_ms = 250000;
-    o->log_level = 2;
+    o->log_level = TK_LOG_INFO;
+    o->log_format = TK_LOG_TEXT;
     o->max_connections = 10000;
     o->max_handshakes = 1024;
     o->max_inflight = 4096;
@@ -91,6 +104,44 @@ static void defaults(struct tk_options *o)
     o->max_log_entries = 65536;
     o->max_frame_bytes = 16u << 20;
     o->handshake_ms = 5000;
+}
+
+/* An OPT_LEVEL or OPT_FORMAT value, one of names; the error lists the accepted values, e.g.
+ * "expected error, warn, info or debug (or 0-3)". */
+static int set_name(const struct opt *op,
+                    const char *const *names,
+                    uint32_t *out,
+                    const char *val,
+                    const char *src,
+                    char *err,
+                    size_t errlen)
+{
+    uint32_t count = 0;
+    for (; names[count]; count++) {
+        if (!strcasecmp(val, names[count])) {
+            *out = count;
+            return 0;
+        }
+    }
+    if (op->max && val[0] >= '0' && val[0] <= '9' && !val[1] &&
+        (uint32_t)(val[0] - '0') <= op->max) {
+        *out = (uint32_t)(val[0] - '0');
+        return 0;
+    }
+    char list[128] = "";
+    size_t n = 0;
+    for (uint32_t i = 0; i < count && n < sizeof(list); i++)
+        n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s",
+                              i == 0           ? ""
+                              : i + 1 == count ? " or "
+                                               : ", ",
+                              names[i]);
+    char nums[32] = "";
+    if (op->max)
+        snprintf(nums, sizeof(nums), " (or %llu-%llu)", (unsigned long long)op->min,
+                 (unsigned long long)op->max);
+    snprintf(err, errlen, "%s: expected %s%s, got '%.64s'", src, list, nums, val);
+    return -1;
 }
 
 static int set(struct tk_options *o,
@@ -120,6 +171,9 @@ static int set(struct tk_options *o,
         }
         return 0;
     }
+    if (op->kind == OPT_LEVEL || op->kind == OPT_FORMAT)
+        return set_name(op, op->kind == OPT_LEVEL ? level_names : format_names, (uint32_t *)base,
+                        val, src, err, errlen);
     char *end = NULL;
     errno = 0;
     unsigned long long v = strtoull(val, &end, 10);

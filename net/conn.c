@@ -567,20 +567,31 @@ static void handle_request_line(struct tk_worker *w, struct conn *c, const char 
     tk_shard_request(w->shard, w->now_us, &lr);
 }
 
+/* Failed logins on the client port, from every worker: a few lines a
+ * second at most, however many arrive. */
+static struct tk_log_limit auth_log = TK_LOG_LIMIT_INIT;
+
+static void auth_failed(struct tk_worker *w, struct conn *c, const char *why)
+{
+    char who[TK_ADDR_MAX];
+    w->stat[TK_WSTAT_auth_failures]++;
+    tk_log_limited(&auth_log, TK_LOG_WARN, "auth failed from %s (client port): %s",
+                   peer_name(c->fd, who, sizeof(who)), why);
+    conn_error(w, c, TK_REASON_AUTH);
+}
+
 static void handle_auth_line(struct tk_worker *w, struct conn *c, const char *line, size_t len)
 {
     const char *cnonce, *cproof;
     char expect[TK_AUTH_HEX_LEN + 1];
     if (!tk_proto_parse_auth(line, len, &cnonce, &cproof)) {
-        w->stat[TK_WSTAT_auth_failures]++;
-        conn_error(w, c, TK_REASON_AUTH);
+        auth_failed(w, c, "malformed AUTH line");
         return;
     }
     struct tk_server *s = w->s;
     tk_auth_proof(s->client_secret, s->client_secret_len, false, c->snonce, cnonce, expect);
     if (!tk_auth_equal(expect, cproof, TK_AUTH_HEX_LEN)) {
-        w->stat[TK_WSTAT_auth_failures]++;
-        conn_error(w, c, TK_REASON_AUTH);
+        auth_failed(w, c, "bad proof");
         return;
     }
     char sproof[TK_AUTH_HEX_LEN + 1];

@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,11 +16,13 @@
 #include "net/server.h"
 
 static int log_level = TK_LOG_INFO;
+static int log_format = TK_LOG_TEXT;
 static uint64_t log_node;
 
-void tk_log_init(int level, uint64_t node_id)
+void tk_log_init(int level, int format, uint64_t node_id)
 {
     log_level = level;
+    log_format = format;
     log_node = node_id;
 }
 
@@ -50,28 +53,170 @@ const char *tk_wall_str(uint64_t wall_us, char *buf, size_t cap)
     return buf;
 }
 
+/* The length of the UTF-8 sequence at p (n bytes left): 1 to 4, or 0 if
+ * it is not well-formed (RFC 3629: no overlong forms, no surrogates,
+ * nothing above U+10FFFF, no sequence cut short). */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    unsigned char c = p[0];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xbf; /* bounds of the second byte */
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+    } else {
+        return 0;
+    }
+    if (n < len || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return len;
+}
+
+/* Appends msg to out[*pos..lim) escaped for the format, whole characters
+ * only; if it does not all fit, ends it with "..." (room for which lies
+ * beyond lim: the caller keeps 3 bytes). */
+static void put_msg(char *out, size_t *pos, size_t lim, bool json, const char *msg, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *m = (const unsigned char *)msg;
+    size_t o = *pos;
+    for (size_t i = 0; i < len;) {
+        char esc[8];
+        size_t elen, step = 1;
+        unsigned char c = m[i];
+        if (json && (c == '"' || c == '\\')) {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            elen = 2;
+        } else if (c < 0x20 || c == 0x7f) {
+            if (json)
+                memcpy(esc, "\\u00", 4);
+            else
+                memcpy(esc, "\\x", 2);
+            elen = json ? 4 : 2;
+            esc[elen++] = hex[c >> 4];
+            esc[elen++] = hex[c & 15];
+        } else if (c < 0x80 || !json) {
+            esc[0] = (char)c;
+            elen = 1;
+        } else if ((step = utf8_len(m + i, len - i)) == 0) {
+            memcpy(esc, "\\ufffd", 6);
+            elen = 6;
+            step = 1;
+        } else {
+            memcpy(esc, m + i, step);
+            elen = step;
+        }
+        if (o + elen > lim) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        memcpy(out + o, esc, elen);
+        o += elen;
+        i += step;
+    }
+    *pos = o;
+}
+
+size_t tk_log_format_line(char *out,
+                          size_t cap,
+                          int format,
+                          uint64_t wall_us,
+                          int level,
+                          uint64_t node_id,
+                          const char *msg,
+                          size_t len)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    const char *name = level >= TK_LOG_ERROR && level <= TK_LOG_DEBUG ? names[level] : "info";
+    cap = TK_MIN(cap, (size_t)TK_LOG_LINE_MAX);
+    time_t sec = (time_t)(wall_us / 1000000u);
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    char ts[48];
+    size_t tl = strftime(ts, sizeof(ts) - 6, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts + tl, sizeof(ts) - tl, ".%03uZ", (unsigned)(wall_us / 1000u % 1000u));
+    bool json = format == TK_LOG_JSON;
+    int n =
+        json ? snprintf(out, cap, "{\"ts\":\"%s\",\"level\":\"%s\",\"node\":\"%016llx\",\"msg\":\"",
+                        ts, name, (unsigned long long)node_id)
+             : snprintf(out, cap, "%s %s node=%016llx ", ts, name, (unsigned long long)node_id);
+    size_t pos = n < 0 ? 0 : TK_MIN((size_t)n, cap - 1);
+    /* Room after the message: "..." if it is cut, then "\"}\n" or "\n". */
+    size_t tail = json ? 3 : 1;
+    if (pos + 3 + tail <= cap)
+        put_msg(out, &pos, cap - 3 - tail, json, msg, len);
+    if (json)
+        out[pos++] = '"', out[pos++] = '}';
+    out[pos++] = '\n';
+    return pos;
+}
+
 void tk_log(int level, const char *fmt, ...)
 {
     if (level > log_level)
         return;
-    static const char *const names[] = {"error", "warn", "info", "debug"};
-    char line[1024];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s node=%016llx ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                     ts.tv_nsec / 1000000, names[level], (unsigned long long)log_node);
+    char msg[TK_LOG_LINE_MAX], line[TK_LOG_LINE_MAX];
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    int m = vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    size_t len = (size_t)n + (m < 0 ? 0 : TK_MIN((size_t)m, sizeof(line) - (size_t)n - 2));
-    line[len++] = '\n';
+    size_t len = m < 0 ? 0 : TK_MIN((size_t)m, sizeof(msg) - 1);
+    size_t n =
+        tk_log_format_line(line, sizeof(line), log_format, tk_wall_us(), level, log_node, msg, len);
     /* One write per line keeps lines whole across threads. */
-    ssize_t w = write(2, line, len);
+    ssize_t w = write(2, line, n);
     (void)w;
+}
+
+void tk_log_limited(struct tk_log_limit *ll, int level, const char *fmt, ...)
+{
+    if (level > log_level)
+        return;
+    uint64_t now = tk_now_us(), more = 0;
+    bool write_it;
+    pthread_mutex_lock(&ll->lock);
+    if (ll->lines == 0 || now - ll->window_start_us >= TK_LOG_LIMIT_WINDOW_US) {
+        ll->window_start_us = now;
+        ll->lines = 0;
+    }
+    write_it = ll->lines < TK_LOG_LIMIT_BURST;
+    if (write_it) {
+        ll->lines++;
+        more = ll->suppressed;
+        ll->suppressed = 0;
+    } else {
+        ll->suppressed++;
+    }
+    pthread_mutex_unlock(&ll->lock);
+    if (!write_it)
+        return;
+    char msg[TK_LOG_LINE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (more)
+        tk_log(level, "%s (%llu more since last line)", msg, (unsigned long long)more);
+    else
+        tk_log(level, "%s", msg);
 }
 
 uint64_t tk_now_us(void)

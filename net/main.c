@@ -115,7 +115,7 @@ static int setup(struct tk_server *s, int argc, char **argv)
         return 2;
     }
     s->node_id = random_node_id();
-    tk_log_init((int)s->opt.log_level, s->node_id);
+    tk_log_init((int)s->opt.log_level, (int)s->opt.log_format, s->node_id);
     int npeers = count_peers(s->opt.peers);
     if (npeers != 0 && npeers != 3 && npeers != 5) {
         tk_log(TK_LOG_ERROR,
@@ -203,6 +203,15 @@ static int setup(struct tk_server *s, int argc, char **argv)
                    "EMFILE before the bound (raise the hard limit, ulimit -Hn)",
                    (unsigned long long)rl.rlim_cur, s->opt.max_connections);
     }
+    const struct tk_options *o = &s->opt;
+    tk_log(TK_LOG_DEBUG,
+           "settings: %u workers, heartbeat %u ms, election %u ms, handshake %u ms, "
+           "max connections %u, handshakes %u, in flight %u, waiters per key %u, waiters %llu, "
+           "keys %llu, log entries %llu, frame bytes %u",
+           s->nworkers, o->heartbeat_ms, o->election_ms, o->handshake_ms, o->max_connections,
+           o->max_handshakes, o->max_inflight, o->max_waiters_per_key,
+           (unsigned long long)o->max_waiters, (unsigned long long)o->max_keys,
+           (unsigned long long)o->max_log_entries, o->max_frame_bytes);
     return 0;
 }
 

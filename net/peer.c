@@ -979,7 +979,13 @@ static void send_line(struct tk_plink *l, const char *line, size_t n)
     out_append(l, line, n);
 }
 
-static void hs_fail(struct tk_peers *p, struct tk_plink *l, bool tell)
+/* Failed logins on the peer port: a few lines a second at most. */
+static struct tk_log_limit auth_log = TK_LOG_LIMIT_INIT;
+
+/* The handshake failed for the reason why: counted, logged (an inbound
+ * link's rate-limited, with the dialler's address), the link closed; tell
+ * sends the dialler "E - auth" first. */
+static void hs_fail(struct tk_peers *p, struct tk_plink *l, bool tell, const char *why)
 {
     p->st.auth_failures++;
     if (tell) {
@@ -992,8 +998,13 @@ static void hs_fail(struct tk_peers *p, struct tk_plink *l, bool tell)
             (void)w;
         }
     }
-    tk_log(TK_LOG_WARN, "peer handshake failed on %s link %s", l->outbound ? "outbound" : "inbound",
-           l->outbound ? l->addr : "(accepted)");
+    if (l->outbound) {
+        tk_log(TK_LOG_WARN, "peer handshake failed on outbound link %s: %s", l->addr, why);
+    } else {
+        char who[TK_ADDR_MAX + 16];
+        tk_log_limited(&auth_log, TK_LOG_WARN, "auth failed from %s (peer port): %s",
+                       remote_name(l->fd, who, sizeof(who)), why);
+    }
     tk_plink_close(p, l);
 }
 
@@ -1004,13 +1015,13 @@ static void hs_line(struct tk_peers *p, struct tk_plink *l, const char *line, si
     if (l->state == L_BANNER) { /* outbound: server's banner */
         const char *sn;
         if (!tk_proto_parse_banner(line, len, true, &sn)) {
-            hs_fail(p, l, false);
+            hs_fail(p, l, false, "malformed banner (not a Ticketing peer port?)");
             return;
         }
         memcpy(l->snonce, sn, TK_AUTH_HEX_LEN);
         l->snonce[TK_AUTH_HEX_LEN] = 0;
         if (tk_auth_nonce(l->cnonce) != TK_OK) {
-            hs_fail(p, l, false);
+            hs_fail(p, l, false, "no random bytes for a nonce");
             return;
         }
         tk_auth_proof(s->peer_secret, s->peer_secret_len, false, l->snonce, l->cnonce, proof);
@@ -1022,12 +1033,12 @@ static void hs_line(struct tk_peers *p, struct tk_plink *l, const char *line, si
         const char *sproof;
         uint64_t id, dom[2];
         if (!tk_proto_parse_ok(line, len, &sproof, &id, dom)) {
-            hs_fail(p, l, false);
+            hs_fail(p, l, false, "refused, or a malformed OK line (is the peer secret the same?)");
             return;
         }
         tk_auth_proof(s->peer_secret, s->peer_secret_len, true, l->snonce, l->cnonce, proof);
         if (!tk_auth_equal(proof, sproof, TK_AUTH_HEX_LEN)) {
-            hs_fail(p, l, false);
+            hs_fail(p, l, false, "bad proof from the server (a different peer secret)");
             return;
         }
         l->remote_id = id;
@@ -1037,14 +1048,14 @@ static void hs_line(struct tk_peers *p, struct tk_plink *l, const char *line, si
     } else if (l->state == L_AUTH) { /* inbound: the dialler's AUTH */
         const char *cn, *cproof;
         if (!tk_proto_parse_auth(line, len, &cn, &cproof)) {
-            hs_fail(p, l, true);
+            hs_fail(p, l, true, "malformed AUTH line");
             return;
         }
         memcpy(l->cnonce, cn, TK_AUTH_HEX_LEN);
         l->cnonce[TK_AUTH_HEX_LEN] = 0;
         tk_auth_proof(s->peer_secret, s->peer_secret_len, false, l->snonce, l->cnonce, proof);
         if (!tk_auth_equal(proof, cproof, TK_AUTH_HEX_LEN)) {
-            hs_fail(p, l, true);
+            hs_fail(p, l, true, "bad proof");
             return;
         }
         tk_auth_proof(s->peer_secret, s->peer_secret_len, true, l->snonce, l->cnonce, proof);
@@ -1076,7 +1087,7 @@ static void link_input(struct tk_peers *p, struct tk_plink *l)
             uint8_t *nl = memchr(l->in + pos, '\n', TK_MIN(l->in_len - pos, (size_t)TK_LINE_MAX));
             if (!nl) {
                 if (l->in_len - pos >= TK_LINE_MAX)
-                    hs_fail(p, l, l->state == L_AUTH);
+                    hs_fail(p, l, l->state == L_AUTH, "handshake line too long");
                 break;
             }
             size_t len = (size_t)(nl - (l->in + pos));

@@ -18,6 +18,7 @@
 #include "core/cmd.h"
 #include "core/msg.h"
 #include "net/config.h"
+#include "net/log.h"
 #include "net/ring.h"
 
 #define TK_WORKERS_MAX 64
@@ -134,11 +135,6 @@ size_t tk_raftd_status(struct tk_server *s, char *buf, size_t cap);
 /* The admin HTTP thread (net/admin.c). */
 int tk_admin_start(struct tk_server *s);
 void tk_admin_join(struct tk_server *s);
-
-/* Logging to stderr, one event per line (net/log.c). */
-enum { TK_LOG_ERROR, TK_LOG_WARN, TK_LOG_INFO, TK_LOG_DEBUG };
-void tk_log_init(int level, uint64_t node_id);
-void tk_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Monotonic and wall clocks in microseconds (net/log.c). */
 uint64_t tk_now_us(void);
