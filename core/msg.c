@@ -53,8 +53,8 @@ static const void *get_bytes(struct rd *r, size_t n)
 }
 
 /* Fixed parts, in bytes. */
-#define REQ_FIXED (8 * 4 + 4 * 2 + 3)
-#define REPLY_FIXED (8 * 3 + 4 + 2)
+#define REQ_FIXED (8 * 5 + 4 * 2 + 3)
+#define REPLY_FIXED (8 * 4 + 4 + 2)
 #define REFUSE_FIXED (8 * 2 + 1)
 #define PROPOSE_FIXED (8 * 2)
 #define SNAP_PART_FIXED (8 * 2 + sizeof(void *) + sizeof(size_t) + sizeof(void *))
@@ -130,6 +130,7 @@ void tk_msg_encode(const struct tk_msg *m, uint8_t *out)
         case TK_MSG_REQ: {
             const struct tk_msg_req *q = &m->u.req;
             PUT(&w, q->epoch);
+            PUT(&w, q->arrived_us);
             PUT(&w, q->client);
             PUT(&w, q->id);
             PUT(&w, q->token);
@@ -147,6 +148,7 @@ void tk_msg_encode(const struct tk_msg *m, uint8_t *out)
             PUT(&w, r->client);
             PUT(&w, r->id);
             PUT(&w, r->token);
+            PUT(&w, r->arrived_us);
             PUT(&w, r->waiters);
             PUT(&w, r->type);
             PUT(&w, r->owner_len);
@@ -238,6 +240,7 @@ int tk_msg_decode(uint32_t kind, const uint8_t *buf, size_t len, struct tk_msg *
         case TK_MSG_REQ: {
             struct tk_msg_req *q = &m->u.req;
             GET(&r, q->epoch);
+            GET(&r, q->arrived_us);
             GET(&r, q->client);
             GET(&r, q->id);
             GET(&r, q->token);
@@ -259,6 +262,7 @@ int tk_msg_decode(uint32_t kind, const uint8_t *buf, size_t len, struct tk_msg *
             GET(&r, p->client);
             GET(&r, p->id);
             GET(&r, p->token);
+            GET(&r, p->arrived_us);
             GET(&r, p->waiters);
             GET(&r, p->type);
             GET(&r, p->owner_len);

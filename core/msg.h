@@ -37,9 +37,10 @@ enum tk_msg_kind {
 
 /* A client request routed to the shard owning its key. epoch: of the
  * sending shard when it took the request (SPEC 3: never served under a
- * newer leadership than the one it arrived in). */
+ * newer leadership than the one it arrived in). arrived_us: when the
+ * connection's worker read it (its clock; data, echoed in the G reply). */
 struct tk_msg_req {
-    uint64_t epoch;
+    uint64_t epoch, arrived_us;
     uint64_t client, id, token;
     uint32_t lease_ms, wait_ms;
     char type; /* 'A' 'R' 'Q' */
@@ -47,9 +48,10 @@ struct tk_msg_req {
     const char *key, *owner; /* point into the message when decoded */
 };
 
-/* A lock reply (G T B R N Q) for a client of the receiving shard. */
+/* A lock reply (G T B R N Q) for a client of the receiving shard. G
+ * carries the request's arrived_us (latency metrics). */
 struct tk_msg_reply {
-    uint64_t client, id, token;
+    uint64_t client, id, token, arrived_us;
     uint32_t waiters;
     char type;
     uint8_t owner_len;

@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "net/admin_http.h"
+#include "net/metrics.h"
 #include "net/server.h"
+#include "tk_version.h"
 
 #define REQ_MAX 4096
 #define RSP_MAX (256u << 10)
@@ -22,18 +24,10 @@
 static int admin_fd = -1;
 static pthread_t admin_thread;
 
-static const char *const wstat_names[] = {
-#define X(name, type, help) #name,
-    TK_WSTAT_MAP(X)
-#undef X
-};
-static const char *const wstat_types[] = {
-#define X(name, type, help) #type,
-    TK_WSTAT_MAP(X)
-#undef X
-};
-static const char *const wstat_help[] = {
-#define X(name, type, help) help,
+static const struct {
+    const char *family, *type, *label, *help;
+} wstat_rows[] = {
+#define X(name, type, family, label, help) {#family, #type, label, help},
     TK_WSTAT_MAP(X)
 #undef X
 };
@@ -49,46 +43,51 @@ static uint64_t wstat_sum(struct tk_server *s, int i)
 static size_t render_metrics(struct tk_server *s, char *buf, size_t cap)
 {
     size_t off = 0;
-    for (int i = 0; i < TK_WSTAT_COUNT && off < cap; i++) {
-        const char *suffix = strcmp(wstat_types[i], "counter") == 0 ? "_total" : "";
-        int n =
-            snprintf(buf + off, cap - off,
-                     "# HELP ticketing_%s%s %s.\n# TYPE ticketing_%s%s %s\n"
-                     "ticketing_%s%s %llu\n",
-                     wstat_names[i], suffix, wstat_help[i], wstat_names[i], suffix, wstat_types[i],
-                     wstat_names[i], suffix, (unsigned long long)wstat_sum(s, i));
-        if (n < 0)
-            break;
-        off += (size_t)n;
+    tk_put(buf, cap, &off,
+           "# HELP ticketing_build_info Version and commit of this ticketingd build.\n"
+           "# TYPE ticketing_build_info gauge\n"
+           "ticketing_build_info{version=\"%s\",commit=\"%s\"} 1\n",
+           TK_VERSION, TK_COMMIT);
+    for (int i = 0; i < TK_WSTAT_COUNT; i++) {
+        const char *family = wstat_rows[i].family;
+        const char *label = wstat_rows[i].label;
+        const char *suffix = strcmp(wstat_rows[i].type, "counter") == 0 ? "_total" : "";
+        if (i == 0 || strcmp(family, wstat_rows[i - 1].family) != 0)
+            tk_put(buf, cap, &off, "# HELP ticketing_%s%s %s.\n# TYPE ticketing_%s%s %s\n", family,
+                   suffix, wstat_rows[i].help, family, suffix, wstat_rows[i].type);
+        tk_put(buf, cap, &off, "ticketing_%s%s%s%s%s %llu\n", family, suffix, *label ? "{" : "",
+               label, *label ? "}" : "", (unsigned long long)wstat_sum(s, i));
     }
-    if (off < cap) {
-        int n = snprintf(buf + off, cap - off,
-                         "# HELP ticketing_connections_max Bound on client connections.\n"
-                         "# TYPE ticketing_connections_max gauge\n"
-                         "ticketing_connections_max %u\n"
-                         "# HELP ticketing_inflight_per_connection_max Bound on requests in "
-                         "flight per connection.\n"
-                         "# TYPE ticketing_inflight_per_connection_max gauge\n"
-                         "ticketing_inflight_per_connection_max %u\n"
-                         "# HELP ticketing_waiters_per_key_max Bound on waiters per key.\n"
-                         "# TYPE ticketing_waiters_per_key_max gauge\n"
-                         "ticketing_waiters_per_key_max %u\n"
-                         "# HELP ticketing_waiters_max Bound on waiters in all.\n"
-                         "# TYPE ticketing_waiters_max gauge\nticketing_waiters_max %llu\n"
-                         "# HELP ticketing_keys_max Bound on keys in the table.\n"
-                         "# TYPE ticketing_keys_max gauge\nticketing_keys_max %llu\n"
-                         "# HELP ticketing_handshake_seconds_max Time allowed for a "
-                         "handshake.\n"
-                         "# TYPE ticketing_handshake_seconds_max gauge\n"
-                         "ticketing_handshake_seconds_max %g\n",
-                         s->opt.max_connections, s->opt.max_inflight, s->opt.max_waiters_per_key,
-                         (unsigned long long)s->opt.max_waiters,
-                         (unsigned long long)s->opt.max_keys, s->opt.handshake_ms / 1000.0);
-        if (n > 0)
-            off += (size_t)n;
-    }
-    if (off < cap)
-        off += tk_raftd_metrics(s, buf + off, cap - off);
+    tk_put(buf, cap, &off,
+           "# HELP ticketing_connections_max Bound on client connections.\n"
+           "# TYPE ticketing_connections_max gauge\n"
+           "ticketing_connections_max %u\n"
+           "# HELP ticketing_inflight_per_connection_max Bound on requests in "
+           "flight per connection.\n"
+           "# TYPE ticketing_inflight_per_connection_max gauge\n"
+           "ticketing_inflight_per_connection_max %u\n"
+           "# HELP ticketing_waiters_per_key_max Bound on waiters per key.\n"
+           "# TYPE ticketing_waiters_per_key_max gauge\n"
+           "ticketing_waiters_per_key_max %u\n"
+           "# HELP ticketing_waiters_max Bound on waiters in all.\n"
+           "# TYPE ticketing_waiters_max gauge\nticketing_waiters_max %llu\n"
+           "# HELP ticketing_keys_max Bound on keys in the table.\n"
+           "# TYPE ticketing_keys_max gauge\nticketing_keys_max %llu\n"
+           "# HELP ticketing_handshake_seconds_max Time allowed for a "
+           "handshake.\n"
+           "# TYPE ticketing_handshake_seconds_max gauge\n"
+           "ticketing_handshake_seconds_max %g\n",
+           s->opt.max_connections, s->opt.max_inflight, s->opt.max_waiters_per_key,
+           (unsigned long long)s->opt.max_waiters, (unsigned long long)s->opt.max_keys,
+           s->opt.handshake_ms / 1000.0);
+    off += tk_hist_print(buf + off, cap - off, "ticketing_acquire_seconds",
+                         "Time from reading an acquire to sending its G.", s->acquire_hist,
+                         s->nworkers, tk_hist_latency_us, tk_hist_latency_n, 1e-6);
+    off += tk_hist_print(buf + off, cap - off, "ticketing_wait_seconds",
+                         "Time an acquire spent queued as a waiter before its grant.", s->wait_hist,
+                         s->nworkers, tk_hist_latency_us, tk_hist_latency_n, 1e-6);
+    off += tk_process_metrics(buf + off, cap - off);
+    off += tk_raftd_metrics(s, buf + off, cap - off);
     return TK_MIN(off, cap);
 }
 

@@ -498,10 +498,16 @@ void conn_deliver(struct tk_worker *w, const struct tk_msg_reply *r)
     char line[160];
     size_t n;
     switch (r->type) {
-        case 'G':
+        case 'G': {
             n = tk_proto_fmt_grant(line, sizeof(line), r->id, r->token);
             w->stat[TK_WSTAT_res_granted]++;
+            /* arrived_us is the round in which this worker (the
+             * connection's) read the request; the G leaves in this round. */
+            uint64_t now = tk_now_us();
+            tk_hist_add(&w->s->acquire_hist[w->idx], tk_hist_latency_us, tk_hist_latency_n,
+                        now > r->arrived_us ? now - r->arrived_us : 0);
             break;
+        }
         case 'Q':
             n = tk_proto_fmt_query(line, sizeof(line), r->id, r->owner, r->owner_len, r->token,
                                    r->waiters);
@@ -560,6 +566,7 @@ static void handle_request_line(struct tk_worker *w, struct conn *c, const char 
         .lease_ms = req.lease_ms,
         .wait_ms = req.wait_ms,
         .token = req.token,
+        .arrived_us = w->now_us,
     };
     c->inflight++;
     if (c->inflight == w->s->opt.max_inflight)

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "net/metrics.h"
 #include "net/peer.h"
 #include "net/server.h"
 #include "raft/driver.h"
@@ -18,11 +19,6 @@
 #define PROBE_FRESH_US 1500000u
 #define STATUS_PERIOD_US 100000u
 #define DRAIN_TRANSFER_US 3000000u
-
-struct hist {
-    _Atomic uint64_t bucket[16];
-    _Atomic uint64_t count, sum;
-};
 
 struct peer_info { /* what probes told us about a configured peer (bootstrap) */
     uint64_t id;
@@ -80,8 +76,8 @@ struct tk_raftd {
     char raft_metrics[16384];
     uint64_t pub_at;
     _Atomic int ready;
-    struct hist batch_hist;
-    struct hist latency;
+    struct tk_hist batch_hist;
+    struct tk_hist latency;
 };
 
 enum raftd_membership {

@@ -14,23 +14,63 @@ static const uint64_t latency_bounds_us[] = {10,   25,   50,    100,   250,   50
 #define NBATCH TK_ARRAY_LEN(batch_bounds)
 #define NLAT TK_ARRAY_LEN(latency_bounds_us)
 
-static struct hist *hist_of(struct tk_raftd *r, int which)
-{
-    return which == RAFTD_HIST_BATCH ? &r->batch_hist : &r->latency;
-}
-
 void raftd_hist_add(void *raftd, int which, uint64_t v)
 {
     struct tk_raftd *r = raftd;
-    struct hist *h = hist_of(r, which);
-    const uint64_t *bounds = which == RAFTD_HIST_BATCH ? batch_bounds : latency_bounds_us;
-    size_t n = which == RAFTD_HIST_BATCH ? NBATCH : NLAT;
-    size_t i = 0;
-    while (i < n && v > bounds[i])
-        i++;
-    atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->sum, v, memory_order_relaxed);
+    if (which == RAFTD_HIST_BATCH)
+        tk_hist_add(&r->batch_hist, batch_bounds, NBATCH, v);
+    else
+        tk_hist_add(&r->latency, latency_bounds_us, NLAT, v);
+}
+
+/* Per member, labelled with its NodeId: whether this node has an
+ * authenticated link to it (every node), and on the leader how far it
+ * trails the commit index and how long ago it was last heard from. */
+static void member_metrics(struct tk_raftd *r,
+                           const struct tk_raft_status *st,
+                           char *buf,
+                           size_t cap,
+                           size_t *off)
+{
+    const struct tk_raft_config *cfg = tk_raft_config(r->core);
+    bool leading = st->role == TK_RAFT_LEADER;
+    if (cfg != NULL && r->peers != NULL) {
+        tk_put(buf, cap, off,
+               "# HELP ticketing_peer_link_up 1 while this node has an authenticated link to "
+               "the member.\n# TYPE ticketing_peer_link_up gauge\n");
+        for (uint32_t i = 0; i < cfg->n; i++) {
+            const struct tk_raft_member *mb = &cfg->m[i];
+            if (mb->id == r->s->node_id)
+                continue;
+            const struct tk_plink *l = tk_peers_find(r->peers, mb->peer_addr);
+            bool up = l != NULL && tk_plink_ready(l) && tk_plink_remote_id(l) == mb->id;
+            tk_put(buf, cap, off, "ticketing_peer_link_up{peer=\"%016llx\"} %d\n",
+                   (unsigned long long)mb->id, up ? 1 : 0);
+        }
+    }
+    if (!leading)
+        return;
+    tk_put(buf, cap, off,
+           "# HELP ticketing_raft_member_lag_entries Committed entries a member has not "
+           "acknowledged (leader's view).\n# TYPE ticketing_raft_member_lag_entries gauge\n");
+    for (uint32_t i = 0; i < st->n_members; i++) {
+        const struct tk_raft_member_status *ms = &st->members[i];
+        tk_put(buf, cap, off,
+               "ticketing_raft_member_lag_entries{peer=\"%016llx\",role=\"%s\"} %llu\n",
+               (unsigned long long)ms->id, ms->role == TK_RAFT_VOTER ? "voter" : "learner",
+               (unsigned long long)(st->commit > ms->match ? st->commit - ms->match : 0));
+    }
+    tk_put(buf, cap, off,
+           "# HELP ticketing_raft_member_last_contact_seconds Time since the leader last heard "
+           "from the member.\n# TYPE ticketing_raft_member_last_contact_seconds gauge\n");
+    for (uint32_t i = 0; i < st->n_members; i++) {
+        const struct tk_raft_member_status *ms = &st->members[i];
+        if (ms->id == st->id)
+            continue;
+        uint64_t ago = r->now >= ms->last_heard_us ? r->now - ms->last_heard_us : 0;
+        tk_put(buf, cap, off, "ticketing_raft_member_last_contact_seconds{peer=\"%016llx\"} %g\n",
+               (unsigned long long)ms->id, (double)ago * 1e-6);
+    }
 }
 
 void raftd_publish(struct tk_raftd *r)
@@ -96,6 +136,9 @@ void raftd_publish(struct tk_raftd *r)
     struct tk_peer_stats ps = {0};
     if (r->peers)
         tk_peers_stats(r->peers, &ps);
+    /* A name is a family and, for a family of several samples, its labels
+     * in braces. Rows of one family are adjacent and the first carries the
+     * help: HELP and TYPE come once, before the family's first sample. */
     const struct {
         const char *name, *type, *help;
         uint64_t v;
@@ -127,10 +170,10 @@ void raftd_publish(struct tk_raftd *r)
          m->appends_sent},
         {"raft_append_entries_sent_total", "counter", "Entries carried by Append messages",
          m->entries_sent},
-        {"raft_snapshots_taken_total", "counter", "Snapshots taken", m->snapshots_taken},
-        {"raft_snapshots_sent_total", "counter", "Snapshots sent to followers", m->snapshots_sent},
-        {"raft_snapshots_installed_total", "counter", "Snapshots installed",
-         m->snapshots_installed},
+        {"raft_snapshots_total{event=\"taken\"}", "counter",
+         "Snapshots by event (taken, sent to followers, installed)", m->snapshots_taken},
+        {"raft_snapshots_total{event=\"sent\"}", "counter", NULL, m->snapshots_sent},
+        {"raft_snapshots_total{event=\"installed\"}", "counter", NULL, m->snapshots_installed},
         {"raft_snapshot_bytes", "gauge", "Size of the last snapshot taken", ds.last_snapshot_bytes},
         {"raft_proposals_refused_total", "counter", "Proposals the core refused",
          m->proposals_refused},
@@ -145,8 +188,9 @@ void raftd_publish(struct tk_raftd *r)
         {"raft_batches_refused_total", "counter",
          "Batches refused while leading (clients told to reconnect)", ds.refused_batches},
         {"fencing_next_token", "gauge", "Next fencing token", st.token_next},
-        {"peer_frames_in_total", "counter", "Peer frames received", ps.frames_in},
-        {"peer_frames_out_total", "counter", "Peer frames sent", ps.frames_out},
+        {"peer_frames_total{direction=\"in\"}", "counter",
+         "Peer frames received (in) and sent (out)", ps.frames_in},
+        {"peer_frames_total{direction=\"out\"}", "counter", NULL, ps.frames_out},
         {"peer_frames_dropped_total", "counter", "Peer frames dropped (link down or slow)",
          ps.frames_dropped},
         {"peer_frames_oversize_total", "counter", "Peer frames over --max-frame-bytes",
@@ -175,32 +219,15 @@ void raftd_publish(struct tk_raftd *r)
     char *mbuf = malloc(sizeof(r->raft_metrics));
     TK_ASSERT(mbuf != NULL);
     size_t moff = 0, mcap = sizeof(r->raft_metrics);
-    for (size_t i = 0; i < TK_ARRAY_LEN(rows) && moff < mcap; i++) {
-        int n = snprintf(mbuf + moff, mcap - moff,
-                         "# HELP ticketing_%s %s.\n# TYPE ticketing_%s %s\nticketing_%s %llu\n",
-                         rows[i].name, rows[i].help, rows[i].name, rows[i].type, rows[i].name,
-                         (unsigned long long)rows[i].v);
-        if (n < 0)
-            break;
-        moff += (size_t)n;
+    for (size_t i = 0; i < TK_ARRAY_LEN(rows); i++) {
+        int flen = (int)strcspn(rows[i].name, "{");
+        if (i == 0 || strncmp(rows[i].name, rows[i - 1].name, (size_t)flen + 1) != 0)
+            tk_put(mbuf, mcap, &moff, "# HELP ticketing_%.*s %s.\n# TYPE ticketing_%.*s %s\n", flen,
+                   rows[i].name, rows[i].help, flen, rows[i].name, rows[i].type);
+        tk_put(mbuf, mcap, &moff, "ticketing_%s %llu\n", rows[i].name,
+               (unsigned long long)rows[i].v);
     }
-    /* The leader's view of each member: entries behind the commit index. */
-    if (leading && moff < mcap)
-        moff += (size_t)snprintf(mbuf + moff, mcap - moff,
-                                 "# HELP ticketing_raft_member_lag_entries Committed entries a "
-                                 "member has not acknowledged (leader's view).\n"
-                                 "# TYPE ticketing_raft_member_lag_entries gauge\n");
-    for (uint32_t i = 0; leading && i < st.n_members && moff < mcap; i++) {
-        const struct tk_raft_member_status *ms = &st.members[i];
-        int n =
-            snprintf(mbuf + moff, mcap - moff,
-                     "ticketing_raft_member_lag_entries{id=\"%016llx\",role=\"%s\"} %llu\n",
-                     (unsigned long long)ms->id, ms->role == TK_RAFT_VOTER ? "voter" : "learner",
-                     (unsigned long long)(st.commit > ms->match ? st.commit - ms->match : 0));
-        if (n < 0)
-            break;
-        moff += (size_t)n;
-    }
+    member_metrics(r, &st, mbuf, mcap, &moff);
     moff = TK_MIN(moff, mcap - 1);
     pthread_mutex_lock(&r->pub_mu);
     memcpy(r->status_json, buf, sizeof(r->status_json));
@@ -212,36 +239,6 @@ void raftd_publish(struct tk_raftd *r)
     r->pub_at = r->now;
 }
 
-static size_t hist_print(char *buf,
-                         size_t cap,
-                         const char *name,
-                         const char *help,
-                         const struct hist *h,
-                         const uint64_t *bounds,
-                         size_t n,
-                         double scale)
-{
-    size_t off = 0;
-    off += (size_t)snprintf(buf + off, cap - off, "# HELP %s %s\n# TYPE %s histogram\n", name, help,
-                            name);
-    uint64_t cum = 0;
-    for (size_t i = 0; i <= n && off < cap; i++) {
-        cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
-        if (i < n)
-            off += (size_t)snprintf(buf + off, cap - off, "%s_bucket{le=\"%g\"} %llu\n", name,
-                                    (double)bounds[i] * scale, (unsigned long long)cum);
-        else
-            off += (size_t)snprintf(buf + off, cap - off, "%s_bucket{le=\"+Inf\"} %llu\n", name,
-                                    (unsigned long long)cum);
-    }
-    if (off < cap)
-        off += (size_t)snprintf(
-            buf + off, cap - off, "%s_sum %g\n%s_count %llu\n", name,
-            (double)atomic_load_explicit(&h->sum, memory_order_relaxed) * scale, name,
-            (unsigned long long)atomic_load_explicit(&h->count, memory_order_relaxed));
-    return TK_MIN(off, cap);
-}
-
 size_t tk_raftd_metrics(struct tk_server *s, char *buf, size_t cap)
 {
     struct tk_raftd *r = s->raft;
@@ -249,11 +246,11 @@ size_t tk_raftd_metrics(struct tk_server *s, char *buf, size_t cap)
     int n = snprintf(buf, cap, "%s", r->raft_metrics);
     pthread_mutex_unlock(&r->pub_mu);
     size_t off = n < 0 ? 0 : TK_MIN((size_t)n, cap);
-    off += hist_print(buf + off, cap - off, "ticketing_raft_batch_commands",
-                      "Commands per log entry.", &r->batch_hist, batch_bounds, NBATCH, 1.0);
-    off += hist_print(buf + off, cap - off, "ticketing_raft_commit_seconds",
-                      "Time from the oldest proposal of an entry to its commit.", &r->latency,
-                      latency_bounds_us, NLAT, 1e-6);
+    off += tk_hist_print(buf + off, cap - off, "ticketing_raft_batch_commands",
+                         "Commands per log entry.", &r->batch_hist, 1, batch_bounds, NBATCH, 1.0);
+    off += tk_hist_print(buf + off, cap - off, "ticketing_raft_commit_seconds",
+                         "Time from the oldest proposal of an entry to its commit.", &r->latency, 1,
+                         latency_bounds_us, NLAT, 1e-6);
     return off;
 }
 

@@ -19,50 +19,58 @@
 #include "core/msg.h"
 #include "net/config.h"
 #include "net/log.h"
+#include "net/metrics.h"
 #include "net/ring.h"
 
 #define TK_WORKERS_MAX 64
 
-/* Counters a worker publishes for /metrics (relaxed atomics). */
-#define TK_WSTAT_MAP(X)                                                                           \
-    X(conns_open, gauge, "client connections open")                                               \
-    X(conns_accepted, counter, "client connections accepted")                                     \
-    X(conns_rejected, counter, "connections refused by the connection bound")                     \
-    X(accept_errors, counter, "client accept errors (EMFILE and the like; retried with backoff)") \
-    X(auth_failures, counter, "failed handshakes")                                                \
-    X(tls_failures, counter, "client connections closed by a TLS failure (handshake or record)")  \
-    X(handshaking, gauge, "client connections still in the handshake")                            \
-    X(handshakes_evicted, counter, "unauthenticated connections closed to admit a newer one")     \
-    X(handshake_timeouts, counter, "handshakes not finished in time")                             \
-    X(req_acquire, counter, "acquire requests")                                                   \
-    X(req_release, counter, "release requests")                                                   \
-    X(req_query, counter, "query requests")                                                       \
-    X(req_ping, counter, "ping requests")                                                         \
-    X(req_invalid, counter, "requests answered E")                                                \
-    X(res_granted, counter, "G responses")                                                        \
-    X(res_timeout, counter, "T responses")                                                        \
-    X(res_busy, counter, "B responses")                                                           \
-    X(res_released, counter, "R responses")                                                       \
-    X(res_not_held, counter, "N responses")                                                       \
-    X(res_query, counter, "Q responses")                                                          \
-    X(conn_errors, counter, "connections closed by a connection-level error")                     \
-    X(moved, counter, "connections answered M")                                                   \
-    X(inflight_paused, counter, "times a connection hit the in-flight bound")                     \
-    X(keys, gauge, "keys in the lock table")                                                      \
-    X(held, gauge, "keys held")                                                                   \
-    X(waiters, gauge, "queued acquires")                                                          \
-    X(deferred, gauge, "requests waiting behind an in-flight proposal")                           \
-    X(in_flight, gauge, "keys with a proposal in flight")                                         \
-    X(grants, counter, "grants applied (handoffs included)")                                      \
-    X(handoffs, counter, "handoffs applied")                                                      \
-    X(releases, counter, "releases applied")                                                      \
-    X(expiries, counter, "lease expiries applied")                                                \
-    X(busy_bound, counter, "B answers caused by a bound")                                         \
-    X(ring_full, counter, "times a ring was full and a message waited in overflow")               \
-    X(reads_held, gauge, "Q/N replies waiting for a read barrier")                                \
-    X(read_barriers, counter, "read barriers asked of the Raft thread")
+/* Counters a worker publishes for /metrics (relaxed atomics), rendered as
+ * ticketing_<family>[_total]{<label>}. Rows of one family are adjacent and
+ * the first carries its help; label is "" for a family of one sample. */
+#define TK_WSTAT_MAP(X)                                                                            \
+    X(conns_open, gauge, conns_open, "", "Client connections open")                                \
+    X(conns_accepted, counter, conns_accepted, "", "Client connections accepted")                  \
+    X(conns_rejected, counter, conns_rejected, "", "Connections refused by the connection bound")  \
+    X(accept_errors, counter, accept_errors, "",                                                   \
+      "Client accept errors (EMFILE and the like; retried with backoff)")                          \
+    X(auth_failures, counter, auth_failures, "", "Failed handshakes")                              \
+    X(tls_failures, counter, tls_failures, "",                                                     \
+      "Client connections closed by a TLS failure (handshake or record)")                          \
+    X(handshaking, gauge, handshaking, "", "Client connections still in the handshake")            \
+    X(handshakes_evicted, counter, handshakes_evicted, "",                                         \
+      "Unauthenticated connections closed to admit a newer one")                                   \
+    X(handshake_timeouts, counter, handshake_timeouts, "", "Handshakes not finished in time")      \
+    X(req_acquire, counter, requests, "type=\"acquire\"",                                          \
+      "Client requests by type (invalid: answered E)")                                             \
+    X(req_release, counter, requests, "type=\"release\"", "")                                      \
+    X(req_query, counter, requests, "type=\"query\"", "")                                          \
+    X(req_ping, counter, requests, "type=\"ping\"", "")                                            \
+    X(req_invalid, counter, requests, "type=\"invalid\"", "")                                      \
+    X(res_granted, counter, responses, "result=\"granted\"",                                       \
+      "Responses to clients by result (moved: connections answered M)")                            \
+    X(res_released, counter, responses, "result=\"released\"", "")                                 \
+    X(res_busy, counter, responses, "result=\"busy\"", "")                                         \
+    X(res_timeout, counter, responses, "result=\"timeout\"", "")                                   \
+    X(res_not_held, counter, responses, "result=\"not_held\"", "")                                 \
+    X(res_query, counter, responses, "result=\"query\"", "")                                       \
+    X(moved, counter, responses, "result=\"moved\"", "")                                           \
+    X(conn_errors, counter, conn_errors, "", "Connections closed by a connection-level error")     \
+    X(inflight_paused, counter, inflight_paused, "", "Times a connection hit the in-flight bound") \
+    X(keys, gauge, keys, "", "Keys in the lock table")                                             \
+    X(held, gauge, held, "", "Keys held")                                                          \
+    X(waiters, gauge, waiters, "", "Queued acquires")                                              \
+    X(deferred, gauge, deferred, "", "Requests waiting behind an in-flight proposal")              \
+    X(in_flight, gauge, in_flight, "", "Keys with a proposal in flight")                           \
+    X(grants, counter, grants, "", "Grants applied (handoffs included)")                           \
+    X(handoffs, counter, handoffs, "", "Handoffs applied")                                         \
+    X(releases, counter, releases, "", "Releases applied")                                         \
+    X(expiries, counter, expiries, "", "Lease expiries applied")                                   \
+    X(busy_bound, counter, busy_bound, "", "B answers caused by a bound")                          \
+    X(ring_full, counter, ring_full, "", "Times a ring was full and a message waited in overflow") \
+    X(reads_held, gauge, reads_held, "", "Q/N replies waiting for a read barrier")                 \
+    X(read_barriers, counter, read_barriers, "", "Read barriers asked of the Raft thread")
 
-#define TK_WSTAT_ENUM(name, type, help) TK_WSTAT_##name,
+#define TK_WSTAT_ENUM(name, type, family, label, help) TK_WSTAT_##name,
 enum { TK_WSTAT_MAP(TK_WSTAT_ENUM) TK_WSTAT_COUNT };
 #undef TK_WSTAT_ENUM
 
@@ -103,6 +111,11 @@ struct tk_server {
      * thread at TK_WORKERS_MAX. /healthz fails when one stops moving. */
     _Atomic uint64_t progress_us[TK_WORKERS_MAX + 1];
     _Atomic uint64_t wstats[TK_WORKERS_MAX][TK_WSTAT_COUNT];
+    /* Per worker, written by that worker only (us): acquire_hist as it
+     * sends a G (from reading the acquire), wait_hist as a waiter of its
+     * shard leaves the queue for its grant. */
+    struct tk_hist acquire_hist[TK_WORKERS_MAX];
+    struct tk_hist wait_hist[TK_WORKERS_MAX];
 };
 
 /* TLS (net/conn.c): the current client-port context with a reference

@@ -74,6 +74,13 @@ static void shard_refuse(void *ctx, uint64_t client, uint64_t id, uint8_t reason
     conn_refused(ctx, client, reason);
 }
 
+/* A waiter of this worker's table got its grant: ticketing_wait_seconds. */
+static void shard_waited(void *ctx, uint64_t waited_us)
+{
+    struct tk_worker *w = ctx;
+    tk_hist_add(&w->s->wait_hist[w->idx], tk_hist_latency_us, tk_hist_latency_n, waited_us);
+}
+
 static void shard_role(void *ctx, bool lead, const char *leader_addr)
 {
     struct tk_worker *w = ctx;
@@ -399,7 +406,12 @@ int tk_worker_create(struct tk_server *s, uint32_t idx)
     };
     struct tk_msg_out out = {.ctx = w, .put = shard_put};
     struct tk_shard_client cl = {
-        .ctx = w, .reply = shard_reply, .refuse = shard_refuse, .role = shard_role};
+        .ctx = w,
+        .reply = shard_reply,
+        .refuse = shard_refuse,
+        .role = shard_role,
+        .waited = shard_waited,
+    };
     w->shard = tk_shard_create(&so, &out, &cl);
     if (!w->shard)
         return TK_ENOMEM;

@@ -72,6 +72,18 @@ static void lock_reply(const struct tk_lock_sink *sink,
     sink->reply(sink->ctx, &r);
 }
 
+/* G, with the request's arrival time for the latency metrics. */
+static void lock_reply_grant(const struct tk_lock_sink *sink,
+                             uint64_t client,
+                             uint64_t id,
+                             uint64_t token,
+                             uint64_t arrived_us)
+{
+    struct tk_lock_reply r = {
+        .type = 'G', .client = client, .id = id, .token = token, .arrived_us = arrived_us};
+    sink->reply(sink->ctx, &r);
+}
+
 static void lock_reply_busy(struct tk_lock_table *t,
                             const struct tk_lock_req *req,
                             bool bound,
@@ -184,6 +196,7 @@ static void lock_waiter_remove(struct tk_lock_table *t, struct lock_req *r)
 /* Proposes GRANT (FREE key) or HANDOFF (HELD key) to the head waiter, who
  * stops being a waiter: its wait deadline no longer applies (SPEC 6). */
 static void lock_grant_head(struct tk_lock_table *t,
+                            uint64_t now_us,
                             struct lock_key *k,
                             bool expired,
                             const struct tk_lock_sink *sink)
@@ -194,6 +207,9 @@ static void lock_grant_head(struct tk_lock_table *t,
     lock_waiter_remove(t, w);
     l->grant_client = w->client;
     l->grant_id = w->id;
+    l->grant_arrived_us = w->arrived_us;
+    if (sink->waited != NULL)
+        sink->waited(sink->ctx, now_us > w->queued_us ? now_us - w->queued_us : 0);
     uint8_t type = k->token == 0 ? TK_CMD_GRANT : TK_CMD_HANDOFF;
     lock_propose(t, k, type, expired, w->owner, w->owner_len, w->lease_ms, sink);
     free(w);
@@ -202,6 +218,7 @@ static void lock_grant_head(struct tk_lock_table *t,
 /* The holder's lease ran out (its timer is already off the heap). The key
  * has a lead. */
 static void lock_expire(struct tk_lock_table *t,
+                        uint64_t now_us,
                         struct lock_key *k,
                         const struct tk_lock_sink *sink)
 {
@@ -210,7 +227,7 @@ static void lock_expire(struct tk_lock_table *t,
     TK_ASSERT(k->lease_slot == TK_TIMER_NONE);
     TK_ASSERT(k->lead != NULL);
     if (k->lead->waiters != NULL)
-        lock_grant_head(t, k, true, sink);
+        lock_grant_head(t, now_us, k, true, sink);
     else
         lock_propose(t, k, TK_CMD_EXPIRE, false, NULL, 0, 0, sink);
 }
@@ -218,6 +235,7 @@ static void lock_expire(struct tk_lock_table *t,
 /* R on a key that is not IN-FLIGHT; the key has a lead (a request that
  * finds an idle key gives it one first). */
 static void lock_release_eval(struct tk_lock_table *t,
+                              uint64_t now_us,
                               struct lock_key *k,
                               uint64_t client,
                               uint64_t id,
@@ -236,7 +254,7 @@ static void lock_release_eval(struct tk_lock_table *t,
     l->release_client = client;
     l->release_id = id;
     if (l->waiters != NULL)
-        lock_grant_head(t, k, false, sink);
+        lock_grant_head(t, now_us, k, false, sink);
     else
         lock_propose(t, k, TK_CMD_RELEASE, false, NULL, 0, 0, sink);
     TK_ASSERT(k->flight != 0);
@@ -274,6 +292,7 @@ static struct lock_req *lock_req_new(const struct tk_lock_req *req, struct lock_
     r->token = req->type == 'R' ? req->token : 0;
     r->wait_slot = TK_TIMER_NONE;
     r->lease_ms = req->type == 'A' ? req->lease_ms : 0;
+    r->arrived_us = req->type == 'A' ? req->arrived_us : 0;
     r->type = req->type;
     /* <= TK_OWNER_LEN_MAX, asserted in tk_lock_request: fits. */
     r->owner_len = (uint8_t)owner_len;
@@ -324,6 +343,7 @@ static int lock_acquire(struct tk_lock_table *t,
         }
         l->grant_client = req->client;
         l->grant_id = req->id;
+        l->grant_arrived_us = req->arrived_us;
         lock_propose(t, k, TK_CMD_GRANT, false, req->owner, req->owner_len, req->lease_ms, sink);
         return TK_OK;
     }
@@ -350,6 +370,7 @@ static int lock_acquire(struct tk_lock_table *t,
         lock_key_tidy(t, k); /* a lead just given to an idle key goes again */
         return TK_ENOMEM;
     }
+    r->queued_us = now_us;
     lock_ring_append(&l->waiters, r);
     l->nwaiters++;
     t->nwaiters++;
@@ -393,8 +414,8 @@ int tk_lock_request(struct tk_lock_table *t,
             /* The release is proposed: its requester needs a lead. */
             if (lock_lead_get(t, k) == NULL)
                 return TK_ENOMEM;
-            lock_release_eval(t, k, req->client, req->id, req->owner, req->owner_len, req->token,
-                              sink);
+            lock_release_eval(t, now_us, k, req->client, req->id, req->owner, req->owner_len,
+                              req->token, sink);
             return TK_OK;
         case 'Q':
             if (k != NULL && k->flight != 0)
@@ -460,11 +481,11 @@ static void lock_advance(struct tk_lock_table *t,
     TK_ASSERT(l != NULL);
     if (k->token == 0 && l->waiters != NULL) {
         /* Never leave a FREE key with waiters: the head gets it next. */
-        lock_grant_head(t, k, false, sink);
+        lock_grant_head(t, now_us, k, false, sink);
     } else if (k->token != 0 && k->lease_due_us <= now_us) {
         if (k->lease_slot != TK_TIMER_NONE)
             tk_timer_remove(&t->leases, k->lease_slot);
-        lock_expire(t, k, sink);
+        lock_expire(t, now_us, k, sink);
     }
     /* Deferred R/Q in arrival order, against the state just committed, until
      * one of them starts a new proposal (SPEC 4.5). */
@@ -474,7 +495,8 @@ static void lock_advance(struct tk_lock_table *t,
         lock_client_remove(&t->clients, r);
         t->ndeferred--;
         if (r->type == 'R')
-            lock_release_eval(t, k, r->client, r->id, r->owner, r->owner_len, r->token, sink);
+            lock_release_eval(t, now_us, k, r->client, r->id, r->owner, r->owner_len, r->token,
+                              sink);
         else
             lock_query_eval(k, r->client, r->id, sink);
         free(r);
@@ -494,7 +516,9 @@ static void lock_settle(struct tk_lock_table *t,
     uint64_t rel_id = l->release_id;
     uint64_t grant_client = l->grant_client;
     uint64_t grant_id = l->grant_id;
+    uint64_t arrived_us = l->grant_arrived_us;
     l->release_client = l->release_id = l->grant_client = l->grant_id = 0;
+    l->grant_arrived_us = 0;
     lock_flight_end(t, k);
     bool released = c->type == TK_CMD_RELEASE || (c->type == TK_CMD_HANDOFF && !c->expired);
     TK_ASSERT((rel_client != 0) == released);
@@ -502,7 +526,7 @@ static void lock_settle(struct tk_lock_table *t,
     if (rel_client != 0)
         lock_reply(sink, 'R', rel_client, rel_id, 0);
     if (grant_client != 0)
-        lock_reply(sink, 'G', grant_client, grant_id, c->token);
+        lock_reply_grant(sink, grant_client, grant_id, c->token, arrived_us);
     lock_advance(t, k, now_us, sink);
 }
 
@@ -611,7 +635,9 @@ static void lock_wait_fire(struct tk_lock_table *t, const struct tk_lock_sink *s
     lock_key_tidy(t, k);
 }
 
-static void lock_lease_fire(struct tk_lock_table *t, const struct tk_lock_sink *sink)
+static void lock_lease_fire(struct tk_lock_table *t,
+                            uint64_t now_us,
+                            const struct tk_lock_sink *sink)
 {
     struct lock_key *k = LOCK_CONTAINER(tk_timer_top(&t->leases), struct lock_key, lease_slot);
     TK_ASSERT(k->token != 0);
@@ -623,7 +649,7 @@ static void lock_lease_fire(struct tk_lock_table *t, const struct tk_lock_sink *
          * propose that must stop leading (documented in lock.h). */
         if (lock_lead_get(t, k) == NULL)
             tk_panic(__FILE__, __LINE__, "out of memory proposing a lease expiry");
-        lock_expire(t, k, sink);
+        lock_expire(t, now_us, k, sink);
         return;
     }
     /* IN-FLIGHT: the proposal removes this holder (RELEASE, HANDOFF or
@@ -647,7 +673,7 @@ void tk_lock_tick(struct tk_lock_table *t, uint64_t now_us, const struct tk_lock
         if (wait_due <= lease_due)
             lock_wait_fire(t, sink);
         else
-            lock_lease_fire(t, sink);
+            lock_lease_fire(t, now_us, sink);
     }
     TK_ASSERT(tk_lock_next_deadline(t) > now_us);
 }
@@ -732,6 +758,7 @@ static void lock_drop_leader_state(struct tk_lock_table *t)
             t->ndeferred--;
         }
         l->grant_client = l->grant_id = l->release_client = l->release_id = 0;
+        l->grant_arrived_us = 0;
         lock_flight_end(t, k);
         /* The dropped proposal may have been an expiry, or the lease may
          * have come due meanwhile: put a parked lease timer back. */

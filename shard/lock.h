@@ -51,6 +51,9 @@ struct tk_lock_req {
     uint32_t lease_ms; /* A */
     uint32_t wait_ms;  /* A */
     uint64_t token;    /* R */
+    /* A: when the server read it (the caller's clock, data only: echoed in
+     * the G reply for the latency metrics). */
+    uint64_t arrived_us;
 };
 
 /* A reply to send on the client's connection. Pointers are valid only during
@@ -59,9 +62,10 @@ struct tk_lock_reply {
     char type; /* 'G' 'T' 'B' 'R' 'N' 'Q' */
     uint64_t client;
     uint64_t id;
-    uint64_t token;    /* G; Q (0 when free) */
-    uint32_t waiters;  /* Q */
-    const char *owner; /* Q: holder, NULL when free */
+    uint64_t token;      /* G; Q (0 when free) */
+    uint64_t arrived_us; /* G: the request's arrived_us */
+    uint32_t waiters;    /* Q */
+    const char *owner;   /* Q: holder, NULL when free */
     size_t owner_len;
 };
 
@@ -80,6 +84,10 @@ struct tk_lock_sink {
      * tk_lock_follow() is called, so a proposal the Raft side cannot take
      * means stepping down. */
     void (*propose)(void *ctx, const struct tk_cmd *c);
+    /* Optional (may be NULL), for the metrics: a waiter leaves the queue
+     * for its grant (proposed now) after waiting waited_us, measured with
+     * the now_us of the calls that queued and dequeued it. */
+    void (*waited)(void *ctx, uint64_t waited_us);
     void *ctx;
 };
 

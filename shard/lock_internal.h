@@ -10,12 +10,13 @@
  *    48 + 24 = 72, rounded to 80, jemalloc's 80-byte class. A later holder
  *    with a longer owner reallocates the key (lock_key_fit_owner) and every
  *    pointer to it is fixed up.
- *  - Leader-only state in a second allocation, struct lock_lead (56 bytes:
+ *  - Leader-only state in a second allocation, struct lock_lead (64 bytes:
  *    the waiter and deferred FIFOs, the requesters of the proposal in
- *    flight, the waiter count, the in-flight index), that exists only while
+ *    flight and the grant's arrival time for the latency metrics, the waiter
+ *    count, the in-flight index), that exists only while
  *    the key has a proposal in flight, waiters or deferred requests; k->lead
  *    is NULL otherwise, so an idle held key (the common case at scale, and
- *    every key on a follower) pays 8 bytes for it, not 56. The price is one
+ *    every key on a follower) pays 8 bytes for it, not 64. The price is one
  *    malloc/free pair per proposal on an idle key.
  *  - Key index: chained hash table, 8-byte bucket heads, load factor between
  *    1/2 and 1 (incremental rehash, below), the chain link inside the key.
@@ -41,8 +42,9 @@
  *  holding 10^6 16-byte keys grows by 170 bytes per key, 154 beyond the key:
  *  about 106 for the table and 48 for the grant in the in-memory Raft log.
  *
- *  - One allocation per waiter or deferred request: struct lock_req (80
- *    bytes) plus the owner bytes. It sits on two rings: its key's FIFO
+ *  - One allocation per waiter or deferred request: struct lock_req (96
+ *    bytes, 16 of them the arrival and queueing times the latency metrics
+ *    need) plus the owner bytes. It sits on two rings: its key's FIFO
  *    (waiters or deferred) and its client's ring, whose head is found through
  *    an open-addressing index by client (so closing a connection costs only
  *    that client's requests). A waiter also has a 16-byte wait-heap entry;
@@ -72,7 +74,8 @@ struct lock_lead {
     struct lock_req *deferred; /* R/Q waiting behind the proposal in flight */
     uint64_t grant_client;     /* who gets G when the proposal commits; 0 none */
     uint64_t grant_id;
-    uint64_t release_client; /* who gets R when the proposal commits; 0 none */
+    uint64_t grant_arrived_us; /* the granted request's arrived_us (metrics) */
+    uint64_t release_client;   /* who gets R when the proposal commits; 0 none */
     uint64_t release_id;
     uint32_t nwaiters;    /* length of the waiters ring */
     uint32_t flight_slot; /* index in the in-flight array, LOCK_NONE if none */
@@ -97,7 +100,7 @@ struct lock_key {
 /* The per-key budget above depends on these sizes; a new field should be
  * weighed against it (an idle held key pays for every byte of lock_key). */
 _Static_assert(sizeof(struct lock_key) == 48, "struct lock_key grew: see the layout comment");
-_Static_assert(sizeof(struct lock_lead) == 56, "struct lock_lead grew: see the layout comment");
+_Static_assert(sizeof(struct lock_lead) == 64, "struct lock_lead grew: see the layout comment");
 #endif
 
 static inline const char *lock_key_owner(const struct lock_key *k)
@@ -111,11 +114,13 @@ struct lock_req {
     struct lock_key *key;
     uint64_t client;
     uint64_t id;
-    uint64_t token;     /* R */
-    uint32_t wait_slot; /* A: back-index into the wait heap */
-    uint32_t lease_ms;  /* A */
-    char type;          /* 'A' waiter; 'R' or 'Q' deferred */
-    uint8_t owner_len;  /* A, R */
+    uint64_t token;      /* R */
+    uint64_t arrived_us; /* A: the request's arrived_us */
+    uint64_t queued_us;  /* A: when it was queued (the table's clock) */
+    uint32_t wait_slot;  /* A: back-index into the wait heap */
+    uint32_t lease_ms;   /* A */
+    char type;           /* 'A' waiter; 'R' or 'Q' deferred */
+    uint8_t owner_len;   /* A, R */
     char owner[];
 };
 

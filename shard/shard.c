@@ -68,6 +68,13 @@ static void refuse(struct tk_shard *sh, uint64_t client, uint64_t id, uint8_t re
     tk_msg_send(&sh->out, dst, &m);
 }
 
+static void sink_waited(void *ctx, uint64_t waited_us)
+{
+    struct tk_shard *sh = ctx;
+    if (sh->client.waited != NULL)
+        sh->client.waited(sh->client.ctx, waited_us);
+}
+
 static void sink_reply(void *ctx, const struct tk_lock_reply *lr)
 {
     struct tk_shard *sh = ctx;
@@ -75,6 +82,7 @@ static void sink_reply(void *ctx, const struct tk_lock_reply *lr)
         .client = lr->client,
         .id = lr->id,
         .token = lr->token,
+        .arrived_us = lr->arrived_us,
         .waiters = lr->waiters,
         .type = lr->type,
         .owner_len = (uint8_t)lr->owner_len,
@@ -155,6 +163,7 @@ static void local_request(struct tk_shard *sh, const struct tk_msg_req *q)
         .lease_ms = q->lease_ms,
         .wait_ms = q->wait_ms,
         .token = q->token,
+        .arrived_us = q->arrived_us,
     };
     int rc = tk_lock_request(sh->table, sh->now_us, &lr, &sh->sink);
     if (rc != TK_OK)
@@ -473,7 +482,8 @@ struct tk_shard *tk_shard_create(const struct tk_shard_options *o,
         free(sh);
         return NULL;
     }
-    sh->sink = (struct tk_lock_sink){.reply = sink_reply, .propose = sink_propose, .ctx = sh};
+    sh->sink = (struct tk_lock_sink){
+        .reply = sink_reply, .propose = sink_propose, .waited = sink_waited, .ctx = sh};
     return sh;
 }
 

@@ -64,6 +64,10 @@ struct tk_shard_client {
     /* The role changed. !lead: every open client connection gets M with
      * leader_addr ("" unknown) and closes; nothing pending is answered. */
     void (*role)(void *ctx, bool lead, const char *leader_addr);
+    /* Optional (may be NULL), for the metrics: a waiter of this shard's
+     * table left the queue for its grant after waited_us (the client may
+     * be another worker's; the wait is this shard's to record). */
+    void (*waited)(void *ctx, uint64_t waited_us);
 };
 
 struct tk_shard_options {

@@ -417,7 +417,7 @@ Test(cluster, lagging_follower_catches_up_by_snapshot)
     }
     cr_drop(c);
     kill(cl.node[lag].pid, SIGCONT);
-    await_metric(lag, "ticketing_raft_snapshots_installed_total", 1);
+    await_metric(lag, "ticketing_raft_snapshots_total{event=\"installed\"}", 1);
     await_metric(lag, "ticketing_held", 20);
     char a[16384], b[16384];
     uint64_t ca = 0, cb = 0;

@@ -871,7 +871,7 @@ Test(admin, health_ready_status_metrics)
     cr_assert(strstr(body, "\"held\":1") != NULL, "%s", body);
     cr_assert(strstr(body, "\"commit_index\":") != NULL, "%s", body);
     cr_assert_eq(tk_http_get(node.port + 2, "/metrics", body, sizeof(body)), 200);
-    cr_assert(strstr(body, "ticketing_req_acquire_total 1\n") != NULL, "%s", body);
+    cr_assert(strstr(body, "ticketing_requests_total{type=\"acquire\"} 1\n") != NULL, "%s", body);
     cr_assert(strstr(body, "ticketing_grants_total 1\n") != NULL, "%s", body);
     cr_assert(strstr(body, "ticketing_raft_commit_seconds_count 1\n") != NULL, "%s", body);
     cr_assert(strstr(body, "ticketing_connections_max 10000\n") != NULL, "%s", body);
