@@ -1,13 +1,16 @@
-/* ticketctl: the command-line client of Ticketing (SPEC 11, 13), built on
- * libticketing. `run` holds a lock while a command runs (like flock(1) or
- * `etcdctl lock`); acquire, release, query and ping make one request each;
- * status reads every member's admin /status (client port + 2), members
+/* ticketctl: the command-line client of Ticketing, built on libticketing.
+ * `run` holds a lock while a command runs (like flock(1) or `etcdctl
+ * lock`); acquire, release, query and ping make one request each; status
+ * reads every member's admin /status (client port + 2, or --admin-port)
+ * and says in its exit code whether the cluster is whole; members reads
  * the leader's (found through any member's), and remove-member asks the
  * leader, over its peer port and with the peer secret, to drop a member
  * that is gone for good.
  *
- * Output is for people by default and JSON with --json. Exit codes are
- * fixed (usage() prints them) so scripts can tell the outcomes apart.
+ * Output is for people by default and JSON with --json (ticketctl_json.c
+ * writes all of it). Exit codes are fixed (usage() prints them) so scripts
+ * can tell the outcomes apart. A failure is one line on stderr that names
+ * its cause (the library's last connection error), with no -v needed.
  */
 #include <errno.h>
 #include <signal.h>
@@ -40,7 +43,8 @@ static void usage(FILE *f)
         "  release KEY --token N --owner OWNER\n"
         "  query KEY                               the committed holder and waiters\n"
         "  ping [--count N]                        round trips through the client\n"
-        "  status                                  each member's admin /status\n"
+        "  status                                  each member's admin /status, and the\n"
+        "        cluster's health in the exit code (0, 88 degraded, 83 no leader)\n"
         "  members                                 every member as the leader sees it: ids,\n"
         "        addresses, voter or learner, match index, lag, last contact; * the leader\n"
         "  remove-member NODEID --peer-secret-file PATH\n"
@@ -64,21 +68,26 @@ static void usage(FILE *f)
         "                                    TICKETING_TLS_SERVER_NAME). TLS is for the client\n"
         "                                    port: run, acquire, release, query, ping\n"
         "  --lease D  --wait D               durations: 500ms, 30s, 2m (0 needs no unit)\n"
+        "  --admin-port N                    the admin port of every --addr node, for status,\n"
+        "                                    members, remove-member (default: each client\n"
+        "                                    port + 2; env TICKETING_ADMIN_PORT)\n"
         "  --timeout D                       budget of query, ping and each /status read\n"
         "                                    of status/members, and the whole of\n"
         "                                    remove-member (default 5s)\n"
         "  --grace D                         wait for an answer past --wait (default 2s)\n"
-        "  --json                            machine-readable output\n"
+        "  --json                            machine-readable output (valid JSON, ASCII only)\n"
         "  -v, --verbose                     log connection events to stderr\n"
         "  --version                         print the version and the commit built\n"
         "\n"
         "exit codes: 0 ok (run: the command's own code), 64 usage (also an unusable\n"
         "  secret or TLS file), 80 busy, 81 timeout, 82 indeterminate (do not assume the\n"
         "  lock is held or free; remove-member: sent, unanswered), 83 unavailable\n"
-        "  (status: no member answered; members, remove-member: no leader known or it\n"
-        "  did not answer), 84 invalid (remove-member: refused, the member is alive or\n"
-        "  the last voter), 85 lease lost during run, 86 release: not held, 87 release:\n"
-        "  unconfirmed, 1 other failure (remove-member: the peer secret was rejected).\n",
+        "  (status: no member answered, or none is the leader; members, remove-member:\n"
+        "  no leader known or it did not answer), 84 invalid (remove-member: refused,\n"
+        "  the member is alive or the last voter), 85 lease lost during run, 86\n"
+        "  release: not held, 87 release: unconfirmed, 88 status: degraded (a leader,\n"
+        "  but a member did not answer), 1 other failure (remove-member: the peer\n"
+        "  secret was rejected).\n",
         f);
 }
 
@@ -149,6 +158,11 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
         if (!ctl_parse_u64(val, &o->token) || o->token == 0)
             return ctl_die_usage("bad --token '%s'", val);
         o->have_token = true;
+    } else if (!strcmp(name, "--admin-port")) {
+        uint64_t v;
+        if (!ctl_parse_u64(val, &v) || v == 0 || v > 65535)
+            return ctl_die_usage("bad --admin-port '%s' (1-65535)", val);
+        o->admin_port = (unsigned)v;
     } else if (!strcmp(name, "--count")) {
         if (!ctl_parse_u64(val, &o->count) || o->count == 0 || o->count > 1000000)
             return ctl_die_usage("bad --count '%s'", val);
@@ -168,10 +182,21 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
 
 static bool flag_takes_value(const char *name)
 {
-    static const char *const with[] = {
-        "--addr",    "--secret-file",    "--peer-secret-file", "--owner", "--token",  "--count",
-        "--lease",   "--wait",           "--timeout",          "--grace", "--tls-ca", "--tls-cert",
-        "--tls-key", "--tls-server-name"};
+    static const char *const with[] = {"--addr",
+                                       "--secret-file",
+                                       "--peer-secret-file",
+                                       "--owner",
+                                       "--token",
+                                       "--count",
+                                       "--lease",
+                                       "--wait",
+                                       "--timeout",
+                                       "--grace",
+                                       "--tls-ca",
+                                       "--tls-cert",
+                                       "--tls-key",
+                                       "--tls-server-name",
+                                       "--admin-port"};
     for (size_t i = 0; i < sizeof with / sizeof with[0]; i++)
         if (!strcmp(name, with[i]))
             return true;
@@ -365,61 +390,60 @@ static const char *outcome_text(enum tk_client_outcome o)
     }
 }
 
-/* s as the inside of a JSON string (quotes, backslashes and controls escaped). */
-static void json_escape(const char *s, char *out, size_t cap)
+/* What the operator most likely has to fix, after the library's sentence
+ * for the last connection failure (client/conn.c words them); "" if
+ * nothing more can be said. */
+static const char *cause_hint(const char *cause)
 {
-    size_t n = 0;
-    for (; *s && n + 7 < cap; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') {
-            out[n++] = '\\';
-            out[n++] = (char)ch;
-        } else if (ch < 0x20) {
-            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", ch);
-        } else {
-            out[n++] = (char)ch;
-        }
-    }
-    out[n] = '\0';
+    static const char *const hints[][2] = {
+        {"authentication refused", " (wrong --secret-file?)"},
+        {"wrong server proof", " (not this cluster, or it has another client secret)"},
+        {"host name lookup failed", " (check the host name in --addr)"},
+        {"Connection refused", " (nothing listens there: check the port in --addr)"},
+    };
+    for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
+        if (strstr(cause, hints[i][0]) != NULL)
+            return hints[i][1];
+    return "";
 }
 
 /* Prints a failed outcome (human: stderr; JSON: stdout) and returns its exit code.
- * UNAVAILABLE says why no connection could take the request (the last
- * connection failure, e.g. a TLS refusal), on the same line. */
+ * UNAVAILABLE says why no connection could take the request, on the same
+ * line and first: the last connection failure ("127.0.0.1:7400:
+ * authentication refused (wrong --secret-file?)", a refused connect, a
+ * failed lookup, a TLS refusal), so no -v is needed to see it. */
 static int report_failure(const struct ctl_opts *o, const struct tk_client_result *r)
 {
     const char *key = o->key ? o->key : "", *sep = *key ? ": " : "";
-    const char *label = "last connection error: ";
-    char cause[512] = "", reason[48] = "";
+    char cause[640] = "", reason[48] = "";
     if (r->outcome == TK_CLIENT_UNAVAILABLE && ctl_client != NULL) {
         struct tk_client_stats st;
         tk_client_stats(ctl_client, &st);
-        if (tk_client_last_error(ctl_client, cause, sizeof cause) > 0) {
-            flag_names(cause, sizeof cause);
+        if (tk_client_last_error(ctl_client, cause, 512) > 0) {
+            flag_names(cause, 512);
+            size_t n = strlen(cause);
+            snprintf(cause + n, sizeof cause - n, "%s", cause_hint(cause));
         } else if (st.handshakes == 0) {
             /* Connected, yet no banner: a TLS port waits for our hello
              * as we wait for its banner, until one side gives up. */
             snprintf(cause, sizeof cause, "no server completed a handshake in time%s",
                      o->tls_ca ? "" : " (a TLS port? then give --tls-ca)");
-            label = "";
         }
     }
     if (r->reason[0])
         snprintf(reason, sizeof reason, " (reason: %s)", r->reason);
     if (o->json) {
-        char esc[3 * sizeof cause];
-        json_escape(cause, esc, sizeof esc);
-        printf("{\"outcome\":\"%s\",\"key\":\"%s\",\"reason\":\"%s\"",
-               tk_client_outcome_str(r->outcome), key, r->reason);
+        bool first = true;
+        putchar('{');
+        ctl_json_kstr(stdout, &first, "outcome", tk_client_outcome_str(r->outcome));
+        ctl_json_kstr(stdout, &first, "key", key);
+        ctl_json_kstr(stdout, &first, "reason", r->reason);
         if (cause[0])
-            printf(",\"error\":\"%s\"", esc);
+            ctl_json_kstr(stdout, &first, "error", cause);
         printf("}\n");
-    } else if (cause[0] && !strcmp(r->reason, "tls")) {
-        fprintf(stderr, "ticketctl: %s%sunavailable: TLS refused; nothing was sent: %s\n", key, sep,
-                cause);
     } else if (cause[0]) {
-        fprintf(stderr, "ticketctl: %s%s%s%s; %s%s\n", key, sep, outcome_text(r->outcome), reason,
-                label, cause);
+        fprintf(stderr, "ticketctl: %s%sunavailable: %s%s; nothing was sent\n", key, sep,
+                strcmp(r->reason, "tls") == 0 ? "TLS refused: " : "", cause);
     } else {
         fprintf(stderr, "ticketctl: %s%s%s%s\n", key, sep, outcome_text(r->outcome), reason);
     }
@@ -570,11 +594,16 @@ static int cmd_run(const struct ctl_opts *o, struct tk_client *c)
             code = CTL_EXIT_FAIL;
     }
     release_after(o, c, r.token);
-    if (o->json)
-        fprintf(stderr,
-                "{\"outcome\":\"acquired\",\"key\":\"%s\",\"token\":%llu,\"exit\":%d,"
-                "\"lease_lost\":%s}\n",
-                o->key, (unsigned long long)r.token, code, lease_lost ? "true" : "false");
+    if (o->json) {
+        bool first = true;
+        fputc('{', stderr);
+        ctl_json_kstr(stderr, &first, "outcome", "acquired");
+        ctl_json_kstr(stderr, &first, "key", o->key);
+        ctl_json_ku64(stderr, &first, "token", r.token);
+        ctl_json_kint(stderr, &first, "exit", true, code);
+        ctl_json_kbool(stderr, &first, "lease_lost", lease_lost);
+        fputs("}\n", stderr);
+    }
     return code;
 }
 
@@ -586,13 +615,16 @@ static int cmd_acquire(const struct ctl_opts *o, struct tk_client *c)
     if (tk_client_acquire(c, o->key, clamp32(o->lease_ms), clamp32(o->wait_ms), &r) !=
         TK_CLIENT_ACQUIRED)
         return report_failure(o, &r);
-    if (o->json)
-        printf(
-            "{\"outcome\":\"acquired\",\"key\":\"%s\",\"token\":%llu,\"owner\":\"%s\","
-            "\"lease_ms\":%llu}\n",
-            o->key, (unsigned long long)r.token, tk_client_owner(c),
-            (unsigned long long)o->lease_ms);
-    else
+    if (o->json) {
+        bool first = true;
+        putchar('{');
+        ctl_json_kstr(stdout, &first, "outcome", "acquired");
+        ctl_json_kstr(stdout, &first, "key", o->key);
+        ctl_json_ku64(stdout, &first, "token", r.token);
+        ctl_json_kstr(stdout, &first, "owner", tk_client_owner(c));
+        ctl_json_ku64(stdout, &first, "lease_ms", o->lease_ms);
+        printf("}\n");
+    } else
         printf(
             "acquired %s token %llu owner %s lease %llums\n"
             "release with: ticketctl release %s --token %llu --owner %s\n",
@@ -607,10 +639,14 @@ static int cmd_release(const struct ctl_opts *o, struct tk_client *c)
     struct tk_client_result r;
     if (tk_client_release(c, o->key, o->token, &r) != TK_CLIENT_RELEASED)
         return report_failure(o, &r);
-    if (o->json)
-        printf("{\"outcome\":\"released\",\"key\":\"%s\",\"token\":%llu}\n", o->key,
-               (unsigned long long)o->token);
-    else
+    if (o->json) {
+        bool first = true;
+        putchar('{');
+        ctl_json_kstr(stdout, &first, "outcome", "released");
+        ctl_json_kstr(stdout, &first, "key", o->key);
+        ctl_json_ku64(stdout, &first, "token", o->token);
+        printf("}\n");
+    } else
         printf("released %s token %llu\n", o->key, (unsigned long long)o->token);
     return CTL_EXIT_OK;
 }
@@ -620,13 +656,16 @@ static int cmd_query(const struct ctl_opts *o, struct tk_client *c)
     struct tk_client_result r;
     if (tk_client_query(c, o->key, &r) != TK_CLIENT_ANSWERED)
         return report_failure(o, &r);
-    if (o->json && r.held)
-        printf("{\"key\":\"%s\",\"held\":true,\"owner\":\"%s\",\"token\":%llu,\"waiters\":%u}\n",
-               o->key, r.owner, (unsigned long long)r.token, r.waiters);
-    else if (o->json)
-        printf("{\"key\":\"%s\",\"held\":false,\"owner\":null,\"token\":0,\"waiters\":0}\n",
-               o->key);
-    else if (r.held)
+    if (o->json) {
+        bool first = true;
+        putchar('{');
+        ctl_json_kstr(stdout, &first, "key", o->key);
+        ctl_json_kbool(stdout, &first, "held", r.held);
+        ctl_json_kstr(stdout, &first, "owner", r.held ? r.owner : NULL);
+        ctl_json_ku64(stdout, &first, "token", r.held ? r.token : 0);
+        ctl_json_ku64(stdout, &first, "waiters", r.held ? r.waiters : 0);
+        printf("}\n");
+    } else if (r.held)
         printf("%s: held by %s token %llu, %u waiting\n", o->key, r.owner,
                (unsigned long long)r.token, r.waiters);
     else
@@ -643,9 +682,13 @@ static int cmd_ping(const struct ctl_opts *o, struct tk_client *c)
             code = report_failure(o, &r);
             continue;
         }
-        if (o->json)
-            printf("{\"outcome\":\"answered\",\"rtt_us\":%llu}\n", (unsigned long long)r.rtt_us);
-        else
+        if (o->json) {
+            bool first = true;
+            putchar('{');
+            ctl_json_kstr(stdout, &first, "outcome", "answered");
+            ctl_json_ku64(stdout, &first, "rtt_us", r.rtt_us);
+            printf("}\n");
+        } else
             printf("pong: %.3f ms\n", (double)r.rtt_us / 1000.0);
     }
     return code;
@@ -706,6 +749,10 @@ int main(int argc, char **argv)
         o.tls_key = getenv("TICKETING_TLS_KEY");
     if (o.tls_server_name == NULL)
         o.tls_server_name = getenv("TICKETING_TLS_SERVER_NAME");
+    const char *admin = getenv("TICKETING_ADMIN_PORT");
+    if (o.admin_port == 0 && admin != NULL && admin[0] != '\0' &&
+        (rc = parse_flag(&o, "--admin-port", admin)) != 0)
+        return rc;
     if (o.cmd == NULL) {
         usage(stderr);
         return CTL_EXIT_USAGE;

@@ -1,5 +1,5 @@
 /* ticketctl members: the cluster's members as the leader sees them, from
- * its admin /status (client port + 2) over plain HTTP, so no secret is
+ * its admin /status (client port + 2, or --admin-port) over plain HTTP, so no secret is
  * needed (the HTTP side is ticketctl_status.c's, shared with status). Only
  * the leader's match index (and lag, last contact) mean anything, so a
  * follower's answer is followed to its leader_addr. remove-member finds
@@ -463,14 +463,15 @@ static bool ask(struct hunt *h, const char *addr, int hops)
         return false;
     snprintf(h->asked[h->n_asked++], TEXT_MAX, "%s", addr);
     /* leader_addr comes from the server: a bad one is a bad answer, not a usage error. */
-    if (!ctl_split_addr(addr, strlen(addr), host, sizeof host, &port) || port + 2 > 65535)
+    if (!ctl_split_addr(addr, strlen(addr), host, sizeof host, &port) ||
+        ctl_admin_port(h->o, port) == 0)
         return false;
     uint64_t ms = h->read_ms, now = tk_client_now_us();
     if (h->deadline_us != 0 && h->deadline_us <= now)
         return false;
     if (h->deadline_us != 0 && (h->deadline_us - now) / 1000u < ms)
         ms = (h->deadline_us - now) / 1000u;
-    int code = ctl_http_status(host, port + 2, body, sizeof body, (int)ms);
+    int code = ctl_http_status(host, ctl_admin_port(h->o, port), body, sizeof body, (int)ms);
     if (code != 200 || !parse_view(body, &h->got)) {
         if (h->o->verbose)
             fprintf(stderr, "ticketctl: %s: %s from the admin port\n", addr,
@@ -493,6 +494,18 @@ static bool ask(struct hunt *h, const char *addr, int hops)
     return next[0] != '\0' && hops < LEADER_HOPS_MAX && ask(h, next, hops + 1);
 }
 
+int ctl_member_addrs(const char *body, char (*addrs)[CTL_ADDR_CAP], int max)
+{
+    static struct view v;
+    int n = 0;
+    if (!parse_view(body, &v))
+        return 0;
+    for (uint32_t i = 0; i < v.n && n < max; i++)
+        if (v.m[i].client_addr[0] != '\0' && strlen(v.m[i].client_addr) < CTL_ADDR_CAP)
+            snprintf(addrs[n++], CTL_ADDR_CAP, "%s", v.m[i].client_addr);
+    return n;
+}
+
 /* Text for a terminal: control characters (from the server) become '?'. */
 static void cell_text(char *out, const char *s)
 {
@@ -511,29 +524,6 @@ static void cell_int(char *out, size_t cap, bool has, int64_t v, const char *uni
         snprintf(out, cap, "%lld%s", (long long)v, unit);
     else
         snprintf(out, cap, "-");
-}
-
-static void json_text(const char *s)
-{
-    putchar('"');
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
-static void json_int(const char *name, bool has, int64_t v)
-{
-    if (has && v >= 0)
-        printf(",\"%s\":%lld", name, (long long)v);
-    else
-        printf(",\"%s\":null", name);
 }
 
 /* The table (or JSON array) of v's members. Match, lag and last contact
@@ -556,20 +546,19 @@ static void print_members(const struct ctl_opts *o, const struct view *v, bool l
         const char *role = m->voter < 0 ? "" : m->voter ? "voter" : "learner";
         mark[i] = leader[0] != '\0' && strcmp(m->id, leader) == 0;
         if (o->json) {
-            printf("%s{\"id\":", i ? "," : "");
-            json_text(m->id);
-            printf(",\"leader\":%s,\"role\":", mark[i] ? "true" : "false");
-            if (role[0])
-                json_text(role);
-            else
-                printf("null");
-            printf(",\"peer_addr\":");
-            json_text(m->peer_addr);
-            printf(",\"client_addr\":");
-            json_text(m->client_addr);
-            json_int("match_index", leader_view && m->has_match, m->match);
-            json_int("lag", leader_view && m->has_lag, m->lag);
-            json_int("last_contact_ms", leader_view && m->has_contact, m->contact_ms);
+            bool first = true;
+            printf("%s{", i ? "," : "");
+            ctl_json_kstr(stdout, &first, "id", m->id);
+            ctl_json_kbool(stdout, &first, "leader", mark[i]);
+            ctl_json_kstr(stdout, &first, "role", role[0] ? role : NULL);
+            ctl_json_kstr(stdout, &first, "peer_addr", m->peer_addr);
+            ctl_json_kstr(stdout, &first, "client_addr", m->client_addr);
+            /* -1 (unknown) and what a follower reports are null. */
+            ctl_json_kint(stdout, &first, "match_index",
+                          leader_view && m->has_match && m->match >= 0, m->match);
+            ctl_json_kint(stdout, &first, "lag", leader_view && m->has_lag && m->lag >= 0, m->lag);
+            ctl_json_kint(stdout, &first, "last_contact_ms",
+                          leader_view && m->has_contact && m->contact_ms >= 0, m->contact_ms);
             printf("}");
             continue;
         }
@@ -651,7 +640,7 @@ static bool hunt_leader(struct hunt *h,
         size_t len = comma ? (size_t)(comma - q) : strlen(q);
         char host[256];
         unsigned port;
-        if (!ctl_split_addr(q, len, host, sizeof host, &port) || port + 2 > 65535 ||
+        if (!ctl_split_addr(q, len, host, sizeof host, &port) || ctl_admin_port(o, port) == 0 ||
             len >= TEXT_MAX) {
             *rc = ctl_die_usage("bad address in --addr '%s'", o->addr);
             return false;
@@ -711,7 +700,7 @@ int ctl_members(const struct ctl_opts *o)
             printf("[]\n");
         fprintf(stderr,
                 "ticketctl: no member answered /status on its admin port "
-                "(client port + 2)\n");
+                "(client port + 2, or --admin-port)\n");
         return CTL_EXIT_UNAVAILABLE;
     }
     print_members(o, v, found);

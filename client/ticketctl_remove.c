@@ -391,16 +391,12 @@ static int finish(const struct rm *r, int code, const char *outcome, const char 
                 *c = '?';
     }
     if (r->o->json) {
-        printf("{\"outcome\":\"%s\",\"id\":\"%s\"", outcome, r->id_text);
-        if (text != NULL) {
-            printf(",\"reason\":\"");
-            for (const char *c = msg; *c != '\0'; c++)
-                if (*c == '"' || *c == '\\')
-                    printf("\\%c", *c);
-                else
-                    putchar(*c);
-            printf("\"");
-        }
+        bool first = true;
+        putchar('{');
+        ctl_json_kstr(stdout, &first, "outcome", outcome);
+        ctl_json_kstr(stdout, &first, "id", r->id_text);
+        if (text != NULL)
+            ctl_json_kstr(stdout, &first, "reason", msg);
         printf("}\n");
     } else if (text == NULL) {
         printf("removed %s\n", r->id_text);

@@ -1,10 +1,13 @@
 /* ticketctl status, and what it shares with members (ticketctl_members.c):
- * both read the admin /status (client port + 2) over plain HTTP instead of
- * the client protocol, so they need no secret.
+ * both read the admin /status (client port + 2, or --admin-port) over plain
+ * HTTP instead of the client protocol, so they need no secret.
  *
- * status prints each configured node's role, term, leader and commit index
- * as far as the node reports them (a standalone node has no cluster fields
- * beyond its own).
+ * status prints each node's role, term, leader and commit index as far as
+ * the node reports them (a standalone node has no cluster fields beyond its
+ * own): the --addr nodes', then those of the members the leader lists that
+ * --addr left out. Its exit code is the cluster's health: 0 with a leader
+ * and every node answering, 88 (degraded) with a leader and a node silent,
+ * 83 without a leader.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -18,7 +21,17 @@
 #include "client/ticketctl.h"
 #include "client/ticketing.h"
 
+/* Members a leader's /status lists that status asks too. */
+#define MEMBERS_LISTED_MAX 16
+
 /* ---- the admin /status, shared with members -------------------------------------- */
+
+unsigned ctl_admin_port(const struct ctl_opts *o, unsigned port)
+{
+    if (o->admin_port != 0)
+        return o->admin_port;
+    return port + 2 <= 65535 ? port + 2 : 0;
+}
 
 /* Splits "host:port" or "[v6]:port"; false if malformed. */
 bool ctl_split_addr(const char *a, size_t len, char *host, size_t hcap, unsigned *port)
@@ -156,11 +169,11 @@ static void json_field(const char *json, const char *name, char *out, size_t cap
     out[n] = '\0';
 }
 
-static void status_human(const char *addr, const char *admin, int code, const char *body)
+static void status_human(const char *addr, const char *admin, bool ok, int code, const char *body)
 {
     static const char *const fields[] = {"role",         "term", "leader", "leader_addr",
                                          "commit_index", "mode", "node_id"};
-    if (code != 200 || body[0] != '{') {
+    if (!ok) {
         printf("%s  unreachable (admin %s: %s)\n", addr, admin,
                code < 0 ? "no answer" : "bad answer");
         return;
@@ -172,42 +185,141 @@ static void status_human(const char *addr, const char *admin, int code, const ch
         if (strcmp(v, "-") != 0 || i < 5) /* the first five always, others if present */
             printf("  %s=%s", fields[i], v);
     }
-    printf("\n");
+    /* A leader that lost its majority still calls itself one for a while. */
+    char serving[8];
+    json_field(body, "serving", serving, sizeof serving);
+    printf("%s\n", strcmp(serving, "false") == 0 ? "  serving=false" : "");
+}
+
+/* Nodes status asks at most: the --addr ones (at most 8 in the library),
+ * the members the leader lists, and a leader a follower names. */
+#define STATUS_NODES_MAX 24
+
+struct probe {
+    char addr[STATUS_NODES_MAX][CTL_ADDR_CAP];
+    int n;
+    int answered, leaders;
+    bool members_added;
+    char named_leader[CTL_ADDR_CAP]; /* the leader_addr a non-leader gave first */
+    char missing[512];               /* the addresses that did not answer, for the last line */
+};
+
+/* Whether addr is listed already; else lists it (if there is room). */
+static void add_addr(struct probe *pr, const char *addr, size_t len)
+{
+    for (int i = 0; i < pr->n; i++)
+        if (strlen(pr->addr[i]) == len && memcmp(pr->addr[i], addr, len) == 0)
+            return;
+    if (pr->n < STATUS_NODES_MAX && len < CTL_ADDR_CAP)
+        snprintf(pr->addr[pr->n++], CTL_ADDR_CAP, "%.*s", (int)len, addr);
+}
+
+/* Asks node i, prints its line (or JSON element), and lists the members
+ * the first leader to answer names. */
+static void probe_one(const struct ctl_opts *o, struct probe *pr, int i)
+{
+    static char body[1 << 16];
+    static char more[MEMBERS_LISTED_MAX][CTL_ADDR_CAP];
+    const char *addr = pr->addr[i];
+    char host[CTL_ADDR_CAP], admin[CTL_ADDR_CAP + 8], role[16], serving[8];
+    unsigned port, aport;
+    int code = -1;
+    /* Checked before anything was asked for --addr; a member's address
+     * comes from a server, and a bad one is a node that did not answer. */
+    if (ctl_split_addr(addr, strlen(addr), host, sizeof host, &port) &&
+        (aport = ctl_admin_port(o, port)) != 0) {
+        snprintf(admin, sizeof admin, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, aport);
+        code = ctl_http_status(host, aport, body, sizeof body, (int)o->timeout_ms);
+    } else {
+        snprintf(admin, sizeof admin, "-");
+    }
+    bool ok = code == 200 && body[0] == '{' && ctl_json_valid(body);
+    if (o->json) {
+        bool first = true;
+        printf("%s{", i ? "," : "");
+        ctl_json_kstr(stdout, &first, "addr", addr);
+        ctl_json_kstr(stdout, &first, "admin", admin);
+        ctl_json_kbool(stdout, &first, "ok", ok);
+        ctl_json_kraw(stdout, &first, "status", ok ? body : "null");
+        putchar('}');
+    } else {
+        status_human(addr, admin, ok, code, body);
+    }
+    if (!ok) {
+        size_t n = strlen(pr->missing);
+        snprintf(pr->missing + n, sizeof pr->missing - n, "%s%s", n ? ", " : "", addr);
+        return;
+    }
+    pr->answered++;
+    json_field(body, "role", role, sizeof role);
+    json_field(body, "serving", serving, sizeof serving);
+    if (strcmp(role, "leader") != 0 || strcmp(serving, "false") == 0) {
+        char la[CTL_ADDR_CAP];
+        json_field(body, "leader_addr", la, sizeof la);
+        if (pr->named_leader[0] == '\0' && strcmp(la, "-") != 0)
+            snprintf(pr->named_leader, sizeof pr->named_leader, "%s", la);
+        return;
+    }
+    pr->leaders++;
+    if (pr->members_added)
+        return;
+    pr->members_added = true;
+    int m = ctl_member_addrs(body, more, MEMBERS_LISTED_MAX);
+    for (int k = 0; k < m; k++)
+        add_addr(pr, more[k], strlen(more[k]));
 }
 
 static int status_all(const struct ctl_opts *o)
 {
-    static char body[1 << 16];
-    const char *p = o->addr;
-    int answered = 0;
-    bool first = true;
-    if (o->json)
-        printf("[");
-    for (;;) {
+    static struct probe pr;
+    memset(&pr, 0, sizeof pr);
+    /* Every address checked before any is asked: a typo is a usage error
+     * whatever the network does, and no half-printed output precedes it. */
+    for (const char *p = o->addr;;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        char host[256], addr[300], admin[300];
+        char host[CTL_ADDR_CAP];
         unsigned port;
-        if (!ctl_split_addr(p, len, host, sizeof host, &port) || port + 2 > 65535)
+        if (!ctl_split_addr(p, len, host, sizeof host, &port) || ctl_admin_port(o, port) == 0)
             return ctl_die_usage("bad address in --addr '%s'", o->addr);
-        snprintf(addr, sizeof addr, "%.*s", (int)len, p);
-        snprintf(admin, sizeof admin, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port + 2);
-        int code = ctl_http_status(host, port + 2, body, sizeof body, (int)o->timeout_ms);
-        bool ok = code == 200 && body[0] == '{';
-        answered += ok;
-        if (o->json)
-            printf("%s{\"addr\":\"%s\",\"admin\":\"%s\",\"ok\":%s,\"status\":%s}", first ? "" : ",",
-                   addr, admin, ok ? "true" : "false", ok ? body : "null");
-        else
-            status_human(addr, admin, code, body);
-        first = false;
+        add_addr(&pr, p, len);
         if (comma == NULL)
             break;
         p = comma + 1;
     }
+    int given = pr.n;
+    if (o->json)
+        printf("[");
+    for (int i = 0; i < pr.n; i++) {
+        probe_one(o, &pr, i);
+        /* No leader among the --addr nodes: the one the first of them
+         * to name one names (its members come with it). */
+        if (i == given - 1 && pr.leaders == 0 && pr.named_leader[0] != '\0')
+            add_addr(&pr, pr.named_leader, strlen(pr.named_leader));
+    }
     if (o->json)
         printf("]\n");
-    return answered > 0 ? CTL_EXIT_OK : CTL_EXIT_UNAVAILABLE;
+    fflush(stdout);
+    if (pr.answered == 0) {
+        fprintf(stderr,
+                "ticketctl: no member answered /status on its admin port (client port + 2, or "
+                "--admin-port)\n");
+        return CTL_EXIT_UNAVAILABLE;
+    }
+    if (pr.leaders == 0) {
+        fprintf(stderr,
+                "ticketctl: no leader: none of the %d node%s that answered is a leader that "
+                "serves%s%s\n",
+                pr.answered, pr.answered == 1 ? "" : "s", pr.missing[0] ? "; no answer from " : "",
+                pr.missing);
+        return CTL_EXIT_UNAVAILABLE;
+    }
+    if (pr.missing[0]) {
+        fprintf(stderr, "ticketctl: degraded: %d of %d members did not answer: %s\n",
+                pr.n - pr.answered, pr.n, pr.missing);
+        return CTL_EXIT_DEGRADED;
+    }
+    return CTL_EXIT_OK;
 }
 
 int ctl_status(const struct ctl_opts *o)
