@@ -3,37 +3,48 @@
 # libticketing.so (with its soname links) and libticketing.a in lib/ (the
 # platform's libdir), pkg-config's ticketing.pc and the CMake package
 # (find_package(ticketing): ticketing::ticketing, the shared library, and
-# ticketing::ticketing_static) under it, and the shell completions of
-# ticketctl. The internal libraries (tk_core, tk_net, ...) are not
+# ticketing::ticketing_static) under it, the shell completions of ticketctl
+# and the LICENSE. The internal libraries (tk_core, tk_net, ...) are not
 # installed: libticketing.a holds every core object it needs.
+#
+# Two components: Runtime (the programs, the completions and the LICENSE:
+# what a server or an operator's machine needs; the container image is
+# built from it) and Development (everything for building against
+# libticketing). `cmake --install` without --component installs both.
 include(CMakePackageConfigHelpers)
 
 set(TK_INSTALL_PROGRAMS ticketingd ticketctl)
 if(TARGET ticketing-bench)
   list(APPEND TK_INSTALL_PROGRAMS ticketing-bench)
 endif()
-install(TARGETS ${TK_INSTALL_PROGRAMS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS ${TK_INSTALL_PROGRAMS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+        COMPONENT Runtime)
+install(FILES ${CMAKE_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT Runtime)
 
 install(TARGETS ticketing_shared EXPORT ticketingTargets
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Development)
 install(TARGETS ticketing_static EXPORT ticketingStaticTargets
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(FILES ${CMAKE_SOURCE_DIR}/client/ticketing.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Development)
+install(FILES ${CMAKE_SOURCE_DIR}/client/ticketing.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        COMPONENT Development)
 
 # The CMake package. The shared library's targets need nothing else; the
 # static library's need wolfSSL, which ticketingConfig.cmake finds with
 # pkg-config first (so a project using only the shared library does not
 # need wolfSSL's development files).
 set(TK_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ticketing)
-install(EXPORT ticketingTargets NAMESPACE ticketing:: DESTINATION ${TK_CMAKE_DIR})
-install(EXPORT ticketingStaticTargets NAMESPACE ticketing:: DESTINATION ${TK_CMAKE_DIR})
+install(EXPORT ticketingTargets NAMESPACE ticketing:: DESTINATION ${TK_CMAKE_DIR}
+        COMPONENT Development)
+install(EXPORT ticketingStaticTargets NAMESPACE ticketing:: DESTINATION ${TK_CMAKE_DIR}
+        COMPONENT Development)
 configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/ticketingConfig.cmake.in
                               ${CMAKE_BINARY_DIR}/ticketingConfig.cmake
                               INSTALL_DESTINATION ${TK_CMAKE_DIR})
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/ticketingConfigVersion.cmake
                                  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/ticketingConfig.cmake
-              ${CMAKE_BINARY_DIR}/ticketingConfigVersion.cmake DESTINATION ${TK_CMAKE_DIR})
+              ${CMAKE_BINARY_DIR}/ticketingConfigVersion.cmake DESTINATION ${TK_CMAKE_DIR}
+        COMPONENT Development)
 
 # pkg-config. The prefix is found from the .pc file's own place, so the file
 # stays right under any `cmake --install --prefix`.
@@ -46,14 +57,16 @@ foreach(tk_part ${tk_parts})
   string(APPEND TK_PC_PREFIX "/..")
 endforeach()
 configure_file(${CMAKE_SOURCE_DIR}/cmake/ticketing.pc.in ${CMAKE_BINARY_DIR}/ticketing.pc @ONLY)
-install(FILES ${CMAKE_BINARY_DIR}/ticketing.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+install(FILES ${CMAKE_BINARY_DIR}/ticketing.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+        COMPONENT Development)
 
 # Shell completions of ticketctl, where the tree has them.
 if(EXISTS ${CMAKE_SOURCE_DIR}/client/completion/ticketctl.bash)
   install(FILES ${CMAKE_SOURCE_DIR}/client/completion/ticketctl.bash
-          DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/bash-completion/completions RENAME ticketctl)
+          DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/bash-completion/completions RENAME ticketctl
+          COMPONENT Runtime)
 endif()
 if(EXISTS ${CMAKE_SOURCE_DIR}/client/completion/_ticketctl)
   install(FILES ${CMAKE_SOURCE_DIR}/client/completion/_ticketctl
-          DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/zsh/site-functions)
+          DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/zsh/site-functions COMPONENT Runtime)
 endif()

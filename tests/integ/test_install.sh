@@ -6,7 +6,9 @@
 # Method: install BUILD_DIR into a temporary prefix; check the layout (the
 # programs, the header, libticketing.so with its soname links, exporting
 # only tk_client_*, libticketing.a, ticketing.pc, the CMake package, the
-# completions where the tree has them, and no internal library). Build
+# LICENSE, the completions where the tree has them, and no internal
+# library; the Runtime component alone holds only the programs, LICENSE
+# and completions). Build
 # tests/integ/install_consumer.c three ways from the prefix only: with
 # `pkg-config --cflags --libs ticketing` against libticketing.so, with
 # `pkg-config --static --libs ticketing` against libticketing.a (the
@@ -71,7 +73,9 @@ say "installed into $prefix (libdir $libdir)"
 lib=$prefix/$libdir
 bad=0
 need() { [ -e "$1" ] || { say "  missing: ${1#"$prefix"/}"; bad=1; }; }
-for f in bin/ticketingd bin/ticketctl include/ticketing.h; do need "$prefix/$f"; done
+for f in bin/ticketingd bin/ticketctl include/ticketing.h share/doc/ticketing/LICENSE; do
+  need "$prefix/$f"
+done
 [ -x "$build/ticketing-bench" ] && need "$prefix/bin/ticketing-bench"
 for f in libticketing.so libticketing.so.1 libticketing.a pkgconfig/ticketing.pc \
   cmake/ticketing/ticketingConfig.cmake cmake/ticketing/ticketingConfigVersion.cmake \
@@ -92,6 +96,17 @@ others=$(nm -D --defined-only "$lib/libticketing.so" | awk '{print $3}' | grep -
 internal=$(find "$prefix" -name 'libtk_*' -o -name '*.o' | head -5)
 [ -z "$internal" ] || { say "  internal files installed: $internal"; bad=1; }
 [ $bad = 0 ] || fail "the installed layout is incomplete"
+# The Runtime component (what the container image takes): the programs, the
+# LICENSE and the completions, nothing for building against libticketing.
+cmake --install "$build" --prefix "$tmp/runtime" --component Runtime >>"$tmp/install.log" 2>&1 ||
+  { cat "$tmp/install.log"; fail "cmake --install --component Runtime failed"; }
+runtime_ok='^\./(bin/(ticketingd|ticketctl|ticketing-bench)|share/doc/ticketing/LICENSE'
+runtime_ok+='|share/bash-completion/completions/ticketctl|share/zsh/site-functions/_ticketctl)$'
+extra=$(cd "$tmp/runtime" && find . -type f | { grep -vE "$runtime_ok" || true; })
+[ -z "$extra" ] || fail "the Runtime component installs more than the programs: $extra"
+if [ ! -x "$tmp/runtime/bin/ticketingd" ] || [ ! -x "$tmp/runtime/bin/ticketctl" ]; then
+  fail "the Runtime component lacks ticketingd or ticketctl"
+fi
 say "layout ok"
 
 # --- build the consumer from the prefix only ---------------------------------
