@@ -120,6 +120,7 @@ struct raft_incoming {
     uint64_t msg_term; /* that leader's term */
     uint64_t total;
     uint64_t received;
+    uint64_t cap; /* bytes of buf: grows with what arrives, up to total */
     uint8_t *buf;
 };
 

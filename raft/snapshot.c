@@ -408,9 +408,6 @@ void raft_recv_snapshot(struct tk_raft *r, const struct tk_raft_msg *m)
             return;
         }
         raft_incoming_free(in);
-        in->buf = malloc(m->snapshot.total > 0 ? m->snapshot.total : 1);
-        if (in->buf == NULL)
-            return; /* lost like a dropped message; the leader resends */
         in->index = m->snapshot.index;
         in->term = m->snapshot.term;
         in->total = m->snapshot.total;
@@ -421,6 +418,18 @@ void raft_recv_snapshot(struct tk_raft *r, const struct tk_raft_msg *m)
     if (m->snapshot.offset != in->received) {
         reply_snapshot(r, m, in->received, false);
         return;
+    }
+    /* The buffer grows with the chunks that really arrive (doubling, up to
+     * the announced total): a size announced in the first chunk is only a
+     * claim, and a transfer that stops early holds what it got. */
+    uint64_t need = in->received + m->snapshot.len;
+    if (need > in->cap || in->buf == NULL) {
+        uint64_t want = TK_MAX(need, TK_MIN(TK_MAX(in->cap * 2, (uint64_t)64 << 10), in->total));
+        uint8_t *nb = realloc(in->buf, want > 0 ? (size_t)want : 1);
+        if (nb == NULL)
+            return; /* lost like a dropped message; the leader resends */
+        in->buf = nb;
+        in->cap = want;
     }
     if (m->snapshot.len > 0)
         memcpy(in->buf + in->received, m->snapshot.data, m->snapshot.len);

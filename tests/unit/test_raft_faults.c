@@ -13,6 +13,7 @@
  * valid ones, with the consistency check after each.
  */
 #include <criterion/criterion.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -509,6 +510,24 @@ Test(raft_faults, commit_beyond_what_was_sent_is_clamped)
 
 /* ------------------------------------------------------------------ */
 /* Snapshot                                                            */
+
+/* The total a first chunk announces is only a claim: the follower's buffer
+ * grows with the bytes that arrive, so a leader that announces the largest
+ * snapshot allowed and sends 16 bytes costs the follower little memory. */
+Test(raft_faults, a_first_chunk_does_not_allocate_the_announced_total)
+{
+#ifdef TK_SANITIZED
+    cr_skip_test("the sanitizer's allocator does not report to mallinfo2");
+#endif
+    follower();
+    struct tk_raft_msg c = chunk_msg(2, 4, 0, sizeof(BLOB));
+    c.snapshot.total = 1u << 20; /* snapshot_bytes_max of this fixture */
+    struct mallinfo2 before = mallinfo2();
+    cr_assert_eq(recv(&c), TK_OK);
+    struct mallinfo2 after = mallinfo2();
+    size_t grew = (after.uordblks + after.hblkhd) - (before.uordblks + before.hblkhd);
+    cr_assert_lt(grew, (size_t)256 << 10, "a 16-byte chunk took %zu bytes", grew);
+}
 
 Test(raft_faults, snapshot_chunks_out_of_bounds)
 {
