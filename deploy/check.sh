@@ -387,7 +387,88 @@ def check_render(label, objs, want_replicas):
        "the PodDisruptionBudget must keep unhealthyPodEvictionPolicy IfHealthyBudget")
     ck(all(labels.get(k) == v for k, v in (pdb.get("selector", {}).get("matchLabels") or {}).items())
        and pdb.get("selector"), "the PodDisruptionBudget does not select the pods")
+
+    # Security: Pod Security "restricted", with the Localhost seccomp profile.
+    psc = pod.get("securityContext") or {}
+    csc = c.get("securityContext") or {}
+    prof = csc.get("seccompProfile") or psc.get("seccompProfile") or {}
+    ck(prof.get("type") == "Localhost",
+       f"seccompProfile is {prof.get('type')}, must be Localhost (RuntimeDefault blocks io_uring)")
+    lp = str(prof.get("localhostProfile", ""))
+    ck(lp.startswith("ticketing/") and
+       os.path.isfile(os.path.join(deploy, "seccomp", lp[len("ticketing/"):])),
+       f"localhostProfile {lp!r} is not ticketing/<a file of deploy/seccomp/>")
+    ck("Unconfined" not in json.dumps(pod), "Unconfined appears in the pod template")
+    ck(psc.get("runAsNonRoot") is True or csc.get("runAsNonRoot") is True, "runAsNonRoot: true missing")
+    ck(csc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation: false missing")
+    ck((csc.get("capabilities") or {}).get("drop") == ["ALL"], "capabilities must drop [ALL]")
+    ck(not (csc.get("capabilities") or {}).get("add"), "no capability may be added")
+    ck(csc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem: true missing")
+    ck(not any(pod.get(x) for x in ("hostNetwork", "hostPID", "hostIPC")),
+       "host namespaces are not allowed")
+    ck(all(set(v) <= {"name", "secret", "configMap", "emptyDir", "projected", "downwardAPI"}
+           for v in pod.get("volumes") or []),
+       "only secret, configMap, emptyDir, projected and downwardAPI volumes (restricted)")
+
+    # --max-keys fits the memory limit, by the sizing line of the manifest.
+    mk = args.get("max-keys") or env.get("TICKETING_MAX_KEYS")
+    ck(mk and str(mk).isdigit(), "--max-keys (TICKETING_MAX_KEYS) must be set to a number")
+    lim = str(((c.get("resources") or {}).get("limits") or {}).get("memory", ""))
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "M": 10**6, "G": 10**9}
+    lm = re.match(r"^(\d+)(Ki|Mi|Gi|Ti|K|M|G)?$", lim)
+    ck(lm, f"memory limit {lim!r} missing or not understood")
+    if mk and str(mk).isdigit() and lm and sizing:
+        limit_b = int(lm.group(1)) * units.get(lm.group(2) or "", 1)
+        per_key, share = sizing
+        ck(int(mk) * per_key <= limit_b * share / 100,
+           f"--max-keys {mk} x {per_key} B = {int(mk) * per_key} B is more than {share}% of the "
+           f"memory limit {lim} ({int(limit_b * share / 100)} B)")
+
+    # NetworkPolicy: peer port from the members only, client port from
+    # ticketing-client pods, admin port from the members and Prometheus in
+    # the monitoring namespace; nothing else.
+    pols = [o for o in objs if o.get("kind") == "NetworkPolicy"]
+    ck(len(pols) == 1, f"{len(pols)} NetworkPolicies, expected 1")
+    np = (pols[0] if pols else {}).get("spec", {})
+    ck((np.get("podSelector") or {}).get("matchLabels") == sel,
+       "the NetworkPolicy does not select exactly the StatefulSet's pods")
+    ck(np.get("policyTypes") == ["Ingress"], "the NetworkPolicy must have policyTypes [Ingress]")
+    allowed = {}
+    for rule in np.get("ingress") or []:
+        froms = rule.get("from") or []
+        ports_ = rule.get("ports") or []
+        ck(froms and ports_, f"ingress rule {rule} allows every source or every port")
+        for f in froms:
+            ck(not f.get("ipBlock"), f"ingress from an ipBlock: {f}")
+            key = json.dumps(f, sort_keys=True)
+            for pt in ports_:
+                ck(pt.get("port") in ports and pt.get("protocol", "TCP") == "TCP",
+                   f"ingress port {pt} is not a TCP container port name")
+                allowed.setdefault(pt.get("port"), set()).add(key)
+    members = json.dumps({"podSelector": {"matchLabels": sel}}, sort_keys=True)
+    clients = json.dumps({"podSelector": {"matchLabels": {"ticketing-client": "true"}}},
+                         sort_keys=True)
+    prom = json.dumps({"namespaceSelector": {"matchLabels":
+                                             {"kubernetes.io/metadata.name": "monitoring"}},
+                       "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}},
+                      sort_keys=True)
+    ck(allowed.get("peer") == {members}, f"peer port open to {allowed.get('peer')}, "
+       "expected the members only")
+    ck(allowed.get("client") == {clients}, f"client port open to {allowed.get('client')}, "
+       "expected ticketing-client: \"true\" pods only")
+    ck(allowed.get("admin") == {members, prom}, f"admin port open to {allowed.get('admin')}, "
+       "expected the members and Prometheus in the monitoring namespace")
     return len(used), cm_refs
+
+# --- the sizing line of the StatefulSet (--max-keys against the memory limit) --------
+sizing = None
+with open(os.path.join(deploy, "base", "statefulset.yaml")) as f:
+    m = re.search(r"^\s*# sizing: (\d+) bytes per key at peak, keys at most (\d+)% of the memory limit$",
+                  f.read(), re.M)
+if check(m, "base/statefulset.yaml: no '# sizing: N bytes per key at peak, keys at most P% "
+         "of the memory limit' line"):
+    sizing = (int(m.group(1)), int(m.group(2)))
+    check(sizing[1] <= 60, f"the sizing line lets keys use {sizing[1]}% of the limit (at most 60)")
 
 # --- render and check the base and every overlay ----------------------------------
 renders = [("deploy/", deploy, 3)]
