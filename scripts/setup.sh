@@ -6,13 +6,13 @@ cd "$(dirname "$0")/.."
 
 # Build: compiler, cmake, the four libraries of the design card, xxhash.
 # Tests: sqlite (client docs example), PostgreSQL (fencing example),
-# python3-yaml and prometheus (promtool: the deploy check's alert rules),
+# python3-yaml, prometheus (promtool) and python3-seccomp (deploy check),
 # etcd and Redis (bench smoke), curl and bc.
 # Fuzzing: clang and its libFuzzer runtime (tests/fuzz/run.sh); clang-format
 # (the format check).
 PKGS=(build-essential cmake pkg-config liburing-dev libwolfssl-dev libjemalloc-dev
       libcriterion-dev libxxhash-dev libsqlite3-dev curl bc postgresql python3-yaml
-      prometheus etcd-server etcd-client redis-server clang libclang-rt-14-dev clang-format)
+      prometheus python3-seccomp etcd-server etcd-client redis-server clang libclang-rt-14-dev clang-format)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -41,7 +41,12 @@ alive() {
   st=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
   [ -n "$st" ] && [ "$st" != Z ]
 }
-fail() { echo "exercise.sh: FAIL: $*; member logs:" >&2; tail -n 3 "$tmp"/node*.log >&2; exit 1; }
+fail() {
+  echo "exercise.sh: the members' last log lines:" >&2
+  tail -n 3 "$tmp"/node*.log >&2
+  echo "exercise.sh: FAIL: $*" >&2
+  exit 1
+}
 
 # wrap TAG CMD...: runs CMD traced or confined.
 wrap() {
