@@ -620,16 +620,15 @@ for a in sorted(have):
           f"alerts.test.yml must test {a} both firing and not firing")
 
 # The metrics ticketingd exposes: what the rules and the dashboard may query.
-GAUGES = """ticketing_build_info ticketing_peer_link_up ticketing_raft_member_lag_entries
-ticketing_raft_member_last_contact_seconds process_resident_memory_bytes
-process_virtual_memory_bytes process_open_fds process_max_fds process_start_time_seconds
-ticketing_raft_is_leader ticketing_raft_serving ticketing_raft_ready ticketing_raft_voters
-ticketing_raft_term ticketing_keys ticketing_keys_max ticketing_waiters ticketing_waiters_max
-ticketing_conns_open ticketing_connections_max ticketing_raft_log_entries
-ticketing_raft_log_entries_max ticketing_raft_commit_index ticketing_raft_applied_index""".split()
-COUNTERS = ["ticketing_requests_total", "ticketing_responses_total", "process_cpu_seconds_total"]
-HISTOGRAMS = ["ticketing_acquire_seconds", "ticketing_wait_seconds", "ticketing_raft_commit_seconds"]
-KNOWN = set(GAUGES + COUNTERS) | {h + s for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
+# docs/metrics.md lists every family with its type (integ_test_metrics
+# checks that list against a live node's /metrics), so it is the source.
+KNOWN = set()
+for row in open(os.path.join(deploy, "..", "docs", "metrics.md")):
+    m = re.match(r"\|\s*`([a-z_:][a-z0-9_:]*)`\s*\|\s*(counter|gauge|histogram)\s*\|", row)
+    if m:
+        name, kind = m.groups()
+        KNOWN |= {name + s for s in ("_bucket", "_sum", "_count")} if kind == "histogram" else {name}
+check(len(KNOWN) > 20, f"docs/metrics.md: only {len(KNOWN)} metrics found in its table")
 FUNCS = set("""abs absent absent_over_time avg_over_time ceil changes clamp clamp_max clamp_min
 count_over_time deriv delta exp floor histogram_quantile idelta increase irate label_join
 label_replace ln log2 log10 max_over_time min_over_time predict_linear quantile_over_time rate
