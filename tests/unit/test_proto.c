@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/cmd.h"
 #include "core/proto.h"
 
 /* ---- fixture ------------------------------------------------------------ */
@@ -1356,4 +1357,68 @@ Test(proto_fuzz, response_and_handshake_lines, .timeout = 300)
         free(copy);
     }
     cr_assert(accepted > FUZZ_ROUNDS / 20, "TK_SEED=%llu", (unsigned long long)seed);
+}
+
+/* ---- Error names and committed-command validation ---- */
+
+Test(core_edges, every_error_has_a_name_and_unknown_codes_say_so)
+{
+    for (int e = 0; e < TK_ERR_COUNT; e++) {
+        cr_assert_not_null(tk_strerror(e));
+        cr_assert_neq(strcmp(tk_strerror(e), "unknown error"), 0, "code %d", e);
+    }
+    cr_assert_str_eq(tk_strerror(-1), "unknown error");
+    cr_assert_str_eq(tk_strerror(TK_ERR_COUNT), "unknown error");
+}
+
+static struct tk_cmd valid_grant(void)
+{
+    struct tk_cmd c = {.type = TK_CMD_GRANT, .key_len = 1, .owner_len = 1, .lease_ms = 1000};
+    c.key[0] = 'k';
+    c.owner[0] = 'o';
+    return c;
+}
+
+Test(core_edges, tk_cmd_check_refuses_each_broken_field)
+{
+    struct tk_cmd c = valid_grant();
+    cr_assert_eq(tk_cmd_check(&c), TK_OK);
+    c.key[0] = ' ';
+    cr_assert_eq(tk_cmd_check(&c), TK_EINVAL, "a space in the key");
+    c = valid_grant();
+    c.key_len = 0;
+    cr_assert_eq(tk_cmd_check(&c), TK_EINVAL, "an empty key");
+    c = valid_grant();
+    c.owner_len = 0;
+    cr_assert_eq(tk_cmd_check(&c), TK_EINVAL, "a grant without an owner");
+    c = valid_grant();
+    c.owner[0] = 0x7f;
+    cr_assert_eq(tk_cmd_check(&c), TK_EINVAL, "DEL in the owner");
+    c = valid_grant();
+    c.lease_ms = TK_LEASE_MS_MAX + 1;
+    cr_assert_eq(tk_cmd_check(&c), TK_EINVAL, "a lease over the limit");
+    c = valid_grant();
+    c.type = TK_CMD_HANDOFF;
+    cr_assert_eq(tk_cmd_check(&c), TK_EINVAL, "a handoff without the old token");
+    c = valid_grant();
+    c.old_token = 7;
+    cr_assert_eq(tk_cmd_check(&c), TK_EINVAL, "a grant with an old token");
+    c = valid_grant();
+    c.type = TK_CMD_HANDOFF;
+    c.old_token = 7;
+    c.expired = 2;
+    cr_assert_eq(tk_cmd_check(&c), TK_EINVAL, "expired is a flag");
+    c.expired = 1;
+    cr_assert_eq(tk_cmd_check(&c), TK_OK, "an expiring handoff");
+    struct tk_cmd r = {.type = TK_CMD_RELEASE, .key_len = 1, .old_token = 7};
+    r.key[0] = 'k';
+    cr_assert_eq(tk_cmd_check(&r), TK_OK);
+    r.owner_len = 1;
+    cr_assert_eq(tk_cmd_check(&r), TK_EINVAL, "a release with an owner");
+    r.owner_len = 0;
+    r.old_token = 0;
+    cr_assert_eq(tk_cmd_check(&r), TK_EINVAL, "a release of token 0");
+    r.old_token = 7;
+    r.type = 99;
+    cr_assert_eq(tk_cmd_check(&r), TK_EINVAL, "an unknown type");
 }

@@ -723,3 +723,46 @@ Test(raft_faults, random_messages_never_crash_the_node)
         }
     }
 }
+
+/* ------------------------------------------------------------------ */
+/* Options and names                                                   */
+
+Test(raft_options, a_core_with_unusable_options_is_not_created)
+{
+    struct tk_raft_options base;
+    tk_raft_options_default(&base, 1, 99);
+    struct tk_raft *ok = tk_raft_create(&base);
+    cr_assert_not_null(ok, "the defaults are usable");
+    tk_raft_destroy(ok);
+    struct tk_raft_options o;
+#define REFUSES(field, value)                                                \
+    do {                                                                     \
+        o = base;                                                            \
+        o.field = value;                                                     \
+        cr_assert_null(tk_raft_create(&o), #field " = " #value " accepted"); \
+    } while (0)
+    REFUSES(id, 0);
+    REFUSES(heartbeat_us, 0);
+    REFUSES(election_min_us, base.heartbeat_us);
+    REFUSES(election_max_us, base.election_min_us - 1);
+    REFUSES(log_entries_max, 3);
+    REFUSES(log_bytes_max, TK_RAFT_ENTRY_BYTES_MAX - 1);
+    REFUSES(snapshot_entries, 0);
+    REFUSES(snapshot_bytes, 0);
+    REFUSES(snapshot_chunk_bytes, 0);
+    REFUSES(snapshot_chunk_bytes, (8u << 20) + 1);
+    REFUSES(append_bytes_max, 0);
+    REFUSES(append_bytes_max, (8u << 20) + 1);
+    REFUSES(inflight_bytes_max, 0);
+    REFUSES(reads_max, 0);
+#undef REFUSES
+}
+
+Test(raft_options, role_names)
+{
+    cr_assert_str_eq(tk_raft_role_name(TK_RAFT_FOLLOWER), "follower");
+    cr_assert_str_eq(tk_raft_role_name(TK_RAFT_PRECANDIDATE), "precandidate");
+    cr_assert_str_eq(tk_raft_role_name(TK_RAFT_CANDIDATE), "candidate");
+    cr_assert_str_eq(tk_raft_role_name(TK_RAFT_LEADER), "leader");
+    cr_assert_str_eq(tk_raft_role_name(200), "unknown");
+}
