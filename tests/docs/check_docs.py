@@ -21,9 +21,12 @@ allowed in between) says otherwise:
   <!-- docs-check: daemon (ready: URL) -->
                                         starts a server in the foreground: run
                                         in the background until URL answers 2xx;
-                                        stopped at the next daemon block or the
-                                        end of the file
+                                        the file's cluster and any earlier daemon
+                                        are stopped first; it runs until the next
+                                        daemon block or the end of the file
   <!-- docs-check: timeout S -->        its bound in seconds (default 60)
+  <!-- docs-check: output -->           (console blocks) what the commands print
+                                        must be exactly the block's output lines
 Markers combine with ";", e.g. <!-- docs-check: exit 88; timeout 90 -->.
 A file that starts (anywhere before its first block) with
   <!-- docs-check: file cluster -->
@@ -37,8 +40,9 @@ mount namespace with an empty tmpfs on /usr/local (so `cmake --install` into
 scratch directory that mirrors the repository (every top-level
 entry is a symlink to the source tree; build/ links to BUILD_DIR), with
 BUILD_DIR first on PATH. Each block runs with `bash -e`, in its own process
-group, from the scratch directory; variables it exports carry over to the
-next block of the same file, the working directory does not. When the file
+group, from the scratch directory; its shell variables carry over to the
+next block of the same file (as in one shell session), the working
+directory does not. When the file
 is done, every process a block left behind is stopped.
 
 Prints one line per block and ends with
@@ -97,9 +101,17 @@ def looks_like_command(first):
 
 def parse_markers(text):
     """'skip (why); exit 88' -> dict; raises ValueError on a bad marker."""
-    out = {}
-    for part in [p.strip() for p in text.split(";") if p.strip()]:
-        m = re.match(r"^skip\s*(?:\((.*)\))?$", part)
+    out, parts, depth, cur = {}, [], 0, ""
+    for ch in text:  # split at ";" outside parentheses
+        depth += (ch == "(") - (ch == ")")
+        if ch == ";" and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    for part in [p.strip() for p in parts if p.strip()]:
+        m = re.match(r"^skip\s*(?:\((.*)\))?$", part, re.S)
         if m:
             if not (m.group(1) or "").strip():
                 raise ValueError("a skip marker needs a reason: skip (why)")
@@ -116,6 +128,9 @@ def parse_markers(text):
         m = re.match(r"^daemon\s*\(ready:\s*(\S+)\s*\)$", part)
         if m:
             out["daemon"] = m.group(1)
+            continue
+        if part == "output":
+            out["output"] = True
             continue
         m = re.match(r"^file\s+cluster$", part)
         if m:
@@ -140,7 +155,7 @@ def parse(path):
                 mk = parse_markers(m.group(1))
             except ValueError as e:
                 errors.append(f"{os.path.relpath(path, SRC)}:{i + 1}: {e}")
-                mk = {}
+                mk = {"skip": "its docs-check marker is not valid (counted as failed above)"}
             if mk.pop("file_cluster", False):
                 if seen_block:
                     errors.append(f"{os.path.relpath(path, SRC)}:{i + 1}: "
@@ -227,6 +242,25 @@ def script_of(b):
     return "\n".join(cmds) + "\n"
 
 
+# Saves the block's shell variables (exported or not; not bash's own, not
+# read-only ones) for the next block of the file.
+SAVE_VARS = r"""declare -p $(compgen -v | grep -vE '^(BASH.*|PWD|OLDPWD|SHLVL|_|EUID|UID|PPID|SHELLOPTS|FUNCNAME|GROUPS|DIRSTACK|PIPESTATUS|RANDOM|SRANDOM|LINENO|SECONDS|HISTCMD|EPOCH.*|COMP.*|HOST.*|MACHTYPE|OSTYPE|OPT.*|IFS|PS[0-9]|HIST.*|COLUMNS|LINES|MAILCHECK)$') 2>/dev/null | grep -v '^declare -[a-zA-Z]*r' > "$1"
+"""
+
+
+def expected_output(b):
+    """The output lines of a console block (neither "$ " lines nor their continuations)."""
+    out, cont = [], False
+    for ln in b.lines:
+        if cont or ln.startswith("$ "):
+            cont = ln.rstrip().endswith("\\")
+            continue
+        out.append(ln)
+    while out and not out[-1].strip():
+        out.pop()
+    return "\n".join(out)
+
+
 def kill_group(pgid):
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -279,6 +313,9 @@ def run_file(path, build, verbose):
         return ran, skipped, failed, out
     scratch = make_scratch(build)
     envfile = os.path.join(scratch, ".docs-check-env")
+    savefile = os.path.join(scratch, ".docs-check-save")
+    with open(savefile, "w") as f:
+        f.write(SAVE_VARS)
     env = dict(os.environ)
     env["PATH"] = build + ":" + env.get("PATH", "")
     env["HOME"] = scratch
@@ -308,11 +345,13 @@ def run_file(path, build, verbose):
             logf = os.path.join(scratch, f".docs-check-{b.line}.log")
             script = ("set -e\n"
                       f"[ -f {envfile} ] && . {envfile}\n"
-                      f"trap 'export -p | grep -vE \"^declare -x (PWD|OLDPWD|SHLVL|_)=\" "
-                      f"> {envfile}' EXIT\n" + script_of(b))
-            if "daemon" in b.markers and daemon is not None:
-                kill_group(daemon)
-                daemon = None
+                      f"trap '. {savefile} {envfile}' EXIT\n" + script_of(b))
+            if "daemon" in b.markers:
+                if daemon is not None:
+                    kill_group(daemon)
+                    daemon = None
+                subprocess.run(["scripts/cluster.sh", "stop"], cwd=scratch, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             t0 = time.monotonic()
             with open(logf, "w") as lf:
                 p = subprocess.Popen(["bash", "-c", script], cwd=scratch, env=env,
@@ -328,6 +367,10 @@ def run_file(path, build, verbose):
                     rc = p.wait(timeout=limit)
                     if rc != want:
                         why = f"exit status {rc}, expected {want}"
+                    elif b.markers.get("output"):
+                        got = open(logf, errors="replace").read().rstrip()
+                        if got != expected_output(b):
+                            why = "output differs from the block's:\n" + expected_output(b)
                 except subprocess.TimeoutExpired:
                     kill_group(p.pid)
                     p.wait()
