@@ -9,10 +9,12 @@ Which blocks are shell blocks:
     block, the lines starting with "$ " are the commands (with their "\"
     continuation lines); the other lines are output and are not compared.
     In the others, every line is a command.
-  - a plain ``` block, or an indented code block, whose first line looks like
-    a command (starts with "$ ", with a program on PATH or a known one, or with
+  - every fence names its language, so a ``` block without one is an ERROR:
+    output samples and other fragments are fenced ```text (or yaml, c, ...),
+    and commands for another shell than bash say so (```zsh) and are not run.
+  - an indented code block whose first line looks like a command (starts with
+    "$ ", "VAR=", a program on PATH, a shell builtin or a known command, or
     scripts/, build/, ./build/, tests/, bench/) is an ERROR: fence it as ```sh.
-    Output samples and config snippets are fenced ```text (or yaml, c, ...).
 
 Every shell block runs, unless an HTML comment right before it (blank lines
 allowed in between) says otherwise:
@@ -66,7 +68,8 @@ KNOWN_CMDS = {"kubectl", "docker", "systemctl", "sudo", "helm", "psql", "etcdctl
               "redis-cli", "ticketingd", "ticketctl", "ticketing-bench", "curl", "cmake",
               "make", "cc", "gcc", "clang", "openssl", "export", "cd", "until", "for",
               "while", "umask", "head", "kill", "mkdir", "promtool", "pkg-config", "ctest",
-              "git", "apt-get", "ldconfig", "journalctl"}
+              "git", "apt-get", "ldconfig", "journalctl", "source", ".", "set", "unset", "echo",
+              "eval", "exec", "trap", "complete", "autoload", "fpath", "printf", "if"}
 PATH_PREFIXES = ("scripts/", "build/", "./build/", "tests/", "bench/", "./")
 MARKER = re.compile(r"^\s*<!--\s*docs-check:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
@@ -89,10 +92,8 @@ def looks_like_command(first):
     if s.startswith("$ "):
         return True
     words = s.split()
-    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
-        words = words[1:]  # VAR=value cmd
-    if not words:
-        return False
+    if words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        return True  # VAR=value [cmd]
     w = words[0].lstrip("(")
     if w in KNOWN_CMDS or w.startswith(PATH_PREFIXES):
         return True
@@ -176,13 +177,14 @@ def parse(path):
             first = next((b for b in body if b.strip() and not b.strip().startswith("#")), "")
             if lang in SHELL_LANGS:
                 kind = "shell"
-            elif lang == "" and looks_like_command(first):
+            elif lang == "":
                 kind = "error"
             else:
                 kind = "fragment"
             b = Block(path, i + 1, lang or "plain", body, pending or {}, kind)
             if kind == "error":
-                b.error = "a plain ``` block that looks like commands: fence it as ```sh"
+                b.error = ("a ``` block without a language: ```sh for commands, "
+                           "```text for output and other fragments")
             if pending and kind != "shell":
                 errors.append(f"{b.where()}: docs-check marker (line {pending_line}) "
                               "before a block that is not a shell block")
