@@ -277,6 +277,14 @@ def kill_group(pgid):
             time.sleep(0.1)
 
 
+def build_stamp(build):
+    """What a configure step run by a block would change in the build tree."""
+    try:
+        return open(os.path.join(build, "CTestTestfile.cmake")).read()
+    except OSError:
+        return None
+
+
 def make_scratch(build):
     d = tempfile.mkdtemp(prefix="docs-check-")
     for name in os.listdir(SRC):
@@ -324,6 +332,7 @@ def run_file(path, build, verbose):
     for k in ("TICKETING_ADDR", "TICKETING_SECRET_FILE", "TICKETING_PEER_SECRET_FILE"):
         env.pop(k, None)
     groups, daemon = [], None
+    stamp = build_stamp(build)
     try:
         if fm.get("cluster"):
             r = subprocess.run(["scripts/cluster.sh", "start"], cwd=scratch, env=env,
@@ -379,6 +388,10 @@ def run_file(path, build, verbose):
                     why = f"timed out after {limit} s"
             took = time.monotonic() - t0
             ran += 1
+            if not why and build_stamp(build) != stamp:
+                why = ("it reconfigured the build directory under test (run cmake on "
+                       f"{SRC} again); such a block must be skipped")
+                stamp = build_stamp(build)
             if why:
                 failed += 1
                 log = open(logf, errors="replace").read()
