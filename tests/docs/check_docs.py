@@ -7,7 +7,8 @@ Usage: check_docs.py BUILD_DIR [FILE.md ...]   (run as root; ctest docs_check)
 Which blocks are shell blocks:
   - fenced ```sh, ```bash, ```shell and ```console blocks. In a console
     block, the lines starting with "$ " are the commands (with their "\"
-    continuation lines); the other lines are output and are not compared.
+    continuation lines); the other lines are output, compared only when the
+    block is marked `output`.
     In the others, every line is a command.
   - every fence names its language, so a ``` block without one is an ERROR:
     output samples and other fragments are fenced ```text (or yaml, c, ...),
@@ -44,13 +45,13 @@ entry is a symlink to the source tree; build/ links to BUILD_DIR), with
 BUILD_DIR first on PATH. Each block runs with `bash -e`, in its own process
 group, from the scratch directory; its shell variables carry over to the
 next block of the same file (as in one shell session), the working
-directory does not. When the file
-is done, every process a block left behind is stopped.
+directory does not. When the file is done, every process a block left behind
+is stopped. A block that reconfigures the build under test fails.
 
 Prints one line per block and ends with
   docs-check: N blocks ran, M skipped (with reasons), F failed
 Exit 0 when nothing failed, 1 otherwise, 77 when the namespaces cannot be
-made (not root, or unshare not permitted).
+made (not root, or unshare not permitted) and for a sanitizer build.
 """
 
 import os
