@@ -56,7 +56,9 @@ static const struct opt opts[] = {
     {"allow-same-secrets", OPT_BOOL, O(same_secrets_ok), 0, 0, 1,
      "accept one secret for clients and peers (then any client may act as a peer)"},
     {"force-new-domain", OPT_BOOL, O(force_new_domain), 0, 0, 1,
-     "when a majority of members lost their state, start a new fencing domain"},
+     "after a majority of members lost their state: once a majority of --peers are fresh and "
+     "no member knows a leader, start a new fencing domain (held locks are forgotten); "
+     "joins a live leader otherwise. Never leave it set"},
     {"new-domain-hold-ms", OPT_U32, O(new_domain_hold_ms), 0, 0, 3600000,
      "a forced new domain grants nothing this long (default 250000, the longest lease)"},
     {"log-level", OPT_LEVEL, O(log_level), 0, 0, 3,

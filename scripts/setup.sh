@@ -6,15 +6,16 @@ cd "$(dirname "$0")/.."
 
 # Build: compiler, cmake, the four libraries of the design card, xxhash.
 # Tests: sqlite (client docs example), PostgreSQL (fencing example),
-# python3 (log check), python3-yaml, prometheus (promtool: the /metrics text
-# and the alert rules) and python3-seccomp (deploy check), etcd and Redis
-# (bench smoke), curl and bc.
+# python3 (log check, docs check), python3-yaml, prometheus (promtool: the
+# /metrics text and the alert rules) and python3-seccomp (deploy check), etcd
+# and Redis (bench smoke), curl and bc, jq and openssl (docs check: the
+# commands of docs/).
 # Fuzzing: clang and its libFuzzer runtime (tests/fuzz/run.sh); clang-format
 # (the format check).
 PKGS=(build-essential cmake pkg-config liburing-dev libwolfssl-dev libjemalloc-dev
       libcriterion-dev libxxhash-dev libsqlite3-dev curl bc postgresql python3-yaml
       etcd-server etcd-client redis-server clang libclang-rt-14-dev clang-format python3
-      prometheus python3-seccomp)
+      prometheus python3-seccomp jq openssl)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
