@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 # Build: compiler, cmake, the four libraries of the design card, xxhash.
 # Tests: sqlite (client docs example), PostgreSQL (fencing example),
-# python3 (log check), python3-yaml, prometheus (promtool: the /metrics text
+# python3 (log check; the Python client and its tests), python3-yaml, prometheus (promtool: the /metrics text
 # and the alert rules) and python3-seccomp (deploy check), etcd and Redis
 # (bench smoke), curl and bc.
 # Fuzzing: clang and its libFuzzer runtime (tests/fuzz/run.sh); clang-format

@@ -45,6 +45,13 @@ class Examples(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(EXAMPLES)),
                          ["async_lock.py", "fencing_pg.py", "first_lock.py"])
 
+    def test_docs_show_each_example_as_it_is(self):
+        with open(os.path.join(REPO, "docs", "client.md")) as f:
+            doc = f.read()
+        for name in os.listdir(EXAMPLES):
+            with open(os.path.join(EXAMPLES, name)) as f:
+                self.assertIn(f.read().rstrip("\n"), doc, f"docs/client.md differs from {name}")
+
     def test_first_lock(self):
         out = self.run_example("first_lock.py")
         self.assertRegex(out, r"holding inventory/sku-1 with token \d+, \d+ ms of lease left")
