@@ -6,10 +6,10 @@ cd "$(dirname "$0")/.."
 
 # Build: compiler, cmake, the four libraries of the design card, xxhash.
 # Tests: sqlite (client docs example), PostgreSQL (fencing example),
-# python3 (log check, docs check), python3-yaml, prometheus (promtool: the
-# /metrics text and the alert rules) and python3-seccomp (deploy check), etcd
-# and Redis (bench smoke), curl and bc, jq and openssl (docs check: the
-# commands of docs/).
+# python3 (log check, docs check; the Python client and its tests),
+# python3-yaml, prometheus (promtool: the /metrics text and the alert rules)
+# and python3-seccomp (deploy check), etcd and Redis (bench smoke), curl and
+# bc, jq and openssl (docs check: the commands of docs/).
 # Fuzzing: clang and its libFuzzer runtime (tests/fuzz/run.sh); clang-format
 # (the format check).
 PKGS=(build-essential cmake pkg-config liburing-dev libwolfssl-dev libjemalloc-dev

@@ -1,0 +1,155 @@
+"""Real ticketingd processes for the Python client's tests.
+
+The binary comes from TICKETING_BUILD_DIR (a CMake build directory holding
+ticketingd), else from ../../build relative to the repository top. Ports are
+picked free below the ephemeral range; each node needs three consecutive
+ones (client P, peer P+1, admin P+2).
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYDIR = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(PYDIR))
+
+
+def build_dir():
+    return os.environ.get("TICKETING_BUILD_DIR") or os.path.join(REPO, "build")
+
+
+def ticketingd():
+    path = os.path.join(build_dir(), "ticketingd")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"no ticketingd at {path}: set TICKETING_BUILD_DIR")
+    return path
+
+
+def _port_free(p):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            return False
+    return True
+
+
+_taken = set()
+
+
+def free_ports3():
+    for _ in range(1000):
+        p = random.randrange(20000, 32000)
+        if any(p + i in _taken for i in range(3)):
+            continue
+        if all(_port_free(p + i) for i in range(3)):
+            _taken.update((p, p + 1, p + 2))
+            return p
+    raise RuntimeError("no three free ports")
+
+
+def write_secret(path, data=None):
+    with open(path, "w") as f:
+        f.write(data if data is not None else os.urandom(16).hex())
+    os.chmod(path, 0o600)
+    return path
+
+
+class Node:
+    def __init__(self, tmp, name, port, secret, args):
+        self.dir = os.path.join(tmp, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.port = port
+        self.addr = f"127.0.0.1:{port}"
+        self.secret = secret
+        self.args = args
+        self.log = os.path.join(self.dir, "ticketingd.log")
+        self.proc = None
+
+    def start(self):
+        argv = [ticketingd(), "--bind", "127.0.0.1", "--port", str(self.port),
+                "--client-secret-file", self.secret] + self.args
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=log)
+
+    def status(self):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port + 2}/status",
+                                        timeout=1) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.alive():
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log_tail(self):
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()[-2000:]
+        except OSError:
+            return ""
+
+
+class Server:
+    """A standalone node, or a cluster of n members, in a temporary directory."""
+
+    def __init__(self, n=1, extra=()):
+        self.tmp = tempfile.mkdtemp(prefix="tk-py-")
+        self.secret = write_secret(os.path.join(self.tmp, "client.secret"))
+        self.peer_secret = write_secret(os.path.join(self.tmp, "peer.secret"))
+        self.nodes = []
+        ports = [free_ports3() for _ in range(n)]
+        peers = ",".join(f"127.0.0.1:{p + 1}" for p in ports)
+        for i, p in enumerate(ports):
+            args = ["--threads", "1"] + list(extra)
+            if n > 1:
+                args += ["--peers", peers, "--peer-secret-file", self.peer_secret,
+                         "--advertise", f"127.0.0.1:{p}", "--heartbeat-ms", "50",
+                         "--election-ms", "400"]
+            self.nodes.append(Node(self.tmp, f"node{i}", p, self.secret, args))
+        for nd in self.nodes:
+            nd.start()
+        if self.leader(15) is None:
+            logs = "\n".join(nd.log_tail() for nd in self.nodes)
+            self.stop()
+            raise RuntimeError("no serving node after 15 s:\n" + logs)
+
+    @property
+    def addrs(self):
+        return ",".join(nd.addr for nd in self.nodes)
+
+    def leader(self, timeout, skip=()):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for nd in self.nodes:
+                if nd in skip or not nd.alive():
+                    continue
+                st = nd.status()
+                if st and st.get("serving") is True:
+                    return nd
+                if len(self.nodes) == 1 and st is not None and "serving" not in st:
+                    return nd
+            time.sleep(0.05)
+        return None
+
+    def stop(self):
+        for nd in self.nodes:
+            nd.kill(signal.SIGTERM)
+        shutil.rmtree(self.tmp, ignore_errors=True)

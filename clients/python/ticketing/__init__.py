@@ -1,0 +1,25 @@
+"""Ticketing: the official Python client (standard library only).
+
+    import ticketing
+    c = ticketing.Client(["10.0.0.1:7400", "10.0.0.2:7400"],
+                         secret_file="client.secret", owner="web-7")
+    with c.lock("show-42", lease_ms=30000, wait_ms=5000) as g:
+        write_with_fence(g.token)
+    c.close()
+
+ticketing.Client is thread-safe and blocking; ticketing.aio.Client offers
+the same calls as coroutines. The rules (outcomes, Indeterminate, retries,
+the release queue) are those of the C library, docs/client.md.
+"""
+from .client import Client, Grant, Query
+from .errors import (ACQUIRED, ANSWERED, BUSY, CANCELLED, INDETERMINATE, INVALID, NOT_HELD,
+                     OUTCOMES, QUEUE_FULL, RELEASED, TIMEOUT, UNAVAILABLE, UNCONFIRMED, Busy,
+                     Cancelled, ConfigError, Error, Indeterminate, Invalid, NotHeld, QueueFull,
+                     Result, Timeout, Unavailable, Unconfirmed)
+from . import aio  # noqa: E402  (ticketing.aio.Client)
+
+__version__ = "0.1.0"
+
+__all__ = ["Client", "Grant", "Query", "Result", "Error", "ConfigError", "Busy", "Timeout",
+           "Invalid", "Unavailable", "Indeterminate", "Cancelled", "NotHeld", "Unconfirmed",
+           "QueueFull", "OUTCOMES", "aio"]

@@ -1,0 +1,1104 @@
+"""The client engine: one I/O thread per client, a selectors loop that owns
+every socket, every timer and every outcome, the same rules as the C
+library (docs/client.md).
+
+Each round: wait for sockets, the wake-up socket or the nearest deadline;
+take new requests and cancellations from callers; run expired deadlines;
+put pending requests on connections (releases first, the leader first, then
+round-robin); write. Callers never touch a socket: they submit a request
+and wait on its concurrent.futures.Future.
+
+Deadlines (a request's heap key) depend on where the request is:
+  acquire, not yet written: submit + max(wait_ms, send_budget_min_ms), then
+    UNAVAILABLE (a line still in a write buffer is neutered first: its
+    command letter becomes X, which the server answers E and ignores);
+  acquire, written: first write + wait as sent + response_grace_ms, then
+    INDETERMINATE;
+  release (explicit or compensation): enqueue + 5 s, absolute, then
+    UNCONFIRMED;
+  query, ping: submit + request_timeout_ms, then UNAVAILABLE;
+  decided but still holding an id on a connection (a zombie): a linger,
+    after which its id is forgotten. A G for a zombie acquire is released
+    at once (compensation).
+
+"Written" is tracked in bytes: each request records the stream offset of
+its first byte, each connection counts the bytes the kernel took (with TLS:
+the plaintext handed to TLS). Only a request none of whose bytes was
+written may go to another connection; a written acquire is never resent.
+"""
+import collections
+import concurrent.futures
+import errno
+import heapq
+import random
+import selectors
+import socket
+import ssl
+import threading
+import time
+
+from . import _proto as P
+from .errors import (ACQUIRED, ANSWERED, BUSY, CANCELLED, INDETERMINATE, INVALID, NOT_HELD,
+                     RELEASED, TIMEOUT, UNAVAILABLE, UNCONFIRMED, Result)
+
+RELEASE_DEADLINE = 5.0
+ZOMBIE_LINGER = 30.0
+EXTRA_MAX = 4
+WBUF_HIGH = 64 * 1024
+TLS_WRITE_MAX = 16384
+PROBE_ID = 0
+
+WIRE_NONE, WIRE_QUEUED, WIRE_SENT = 0, 1, 2
+(IDLE, RESOLVING, CONNECTING, TLS, BANNER, AUTH, PROBE, READY, RETIRED) = range(9)
+
+_FITS = {"A": "GTBE", "R": "RNE", "Q": "QE", "P": "PE"}
+
+
+class Req:
+    __slots__ = ("type", "key", "kb", "lease_ms", "wait_ms", "wait_sent_ms", "token",
+                 "submit", "sent", "deadline", "hgen", "in_heap", "wire", "conn", "wire_id",
+                 "stream_pos", "decided", "neutered", "compensation", "resent", "pending",
+                 "future", "cancel")
+
+    def __init__(self, type_, key="", lease_ms=0, wait_ms=0, token=0):
+        self.type = type_
+        self.key = key
+        self.kb = key.encode("ascii") if key else b""
+        self.lease_ms = lease_ms
+        self.wait_ms = wait_ms
+        self.wait_sent_ms = 0
+        self.token = token
+        self.submit = 0.0
+        self.sent = None
+        self.deadline = 0.0
+        self.hgen = 0
+        self.in_heap = False
+        self.wire = WIRE_NONE
+        self.conn = None
+        self.wire_id = 0
+        self.stream_pos = 0
+        self.decided = False
+        self.neutered = False
+        self.compensation = False
+        self.resent = False
+        self.pending = False
+        self.future = None
+        self.cancel = False
+
+
+class Config:
+    """Numbers with defaults applied (0 or None also means the default)."""
+
+    def __init__(self, connect_timeout_ms=None, response_grace_ms=None, send_budget_min_ms=None,
+                 request_timeout_ms=None, release_queue_max=None, requests_max=None,
+                 inflight_per_connection_max=None, backoff_min_ms=None, backoff_max_ms=None):
+        def d(v, default):
+            if v is None or v == 0:
+                return default
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"configuration numbers are non-negative ints, not {v!r}")
+            return v
+        self.connect_timeout = d(connect_timeout_ms, 5000) / 1000
+        self.response_grace = d(response_grace_ms, 2000) / 1000
+        self.send_budget_min_ms = d(send_budget_min_ms, 1000)
+        self.request_timeout = d(request_timeout_ms, 5000) / 1000
+        self.release_queue_max = d(release_queue_max, 1024)
+        self.requests_max = d(requests_max, 65536)
+        self.inflight_max = d(inflight_per_connection_max, 4096)
+        self.backoff_min = d(backoff_min_ms, 100) / 1000
+        self.backoff_max = d(backoff_max_ms, 3200) / 1000
+        if self.backoff_min > self.backoff_max:
+            raise ValueError("backoff_min_ms is above backoff_max_ms")
+
+
+class Conn:
+    """One connection: connect, (TLS,) banner, AUTH, OK with the server's
+    proof checked, the probe "P 0", then pipelined requests by id."""
+
+    def __init__(self, core, addr, extra):
+        self.core = core
+        self.extra = extra
+        self.index = 0
+        self.state = IDLE
+        self.sock = None
+        self.events = 0
+        self.set_addr(addr)
+        self.backoff = core.cfg.backoff_min
+        self.next_attempt = 0.0
+        self.attempt_deadline = 0.0
+        self.sockaddr = None
+        self.snonce = self.cnonce = ""
+        self.tls = None  # ssl.SSLObject
+        self.tls_in = self.tls_out_bio = None
+        self.tls_out = bytearray()  # ciphertext not yet sent
+        self.tls_seen = False
+        self.tls_refused = False
+        self.got_bytes = False
+        self.rbuf = bytearray()
+        self.wbuf = bytearray()  # holds stream bytes [out_written, out_appended)
+        self.out_appended = 0
+        self.out_written = 0
+        self.unsent = collections.deque()  # QUEUED requests in stream order
+        self.slots = {}  # wire id -> Req
+        self.next_id = 1
+
+    def set_addr(self, addr):
+        self.host, self.port, self.numeric = P.parse_addr(addr)
+        self.addr = addr
+
+    # ---- selector and teardown ----
+
+    def arm(self, events):
+        if self.events == events or self.sock is None:
+            return
+        sel = self.core.sel
+        if self.events == 0:
+            sel.register(self.sock, events, self)
+        else:
+            sel.modify(self.sock, events, self)
+        self.events = events
+
+    def teardown(self):
+        core = self.core
+        if self.sock is not None:
+            if self.events:
+                core.sel.unregister(self.sock)
+            self.sock.close()
+        self.sock = None
+        self.events = 0
+        self.tls = self.tls_in = self.tls_out_bio = None
+        self.tls_out = bytearray()
+        self.tls_seen = False
+        self.got_bytes = False
+        self.rbuf = bytearray()
+        self.wbuf = bytearray()
+        self.out_appended = self.out_written = 0
+        if self.state == READY:
+            core.ready_change(-1)
+        self.state = IDLE
+        unsent, self.unsent = self.unsent, collections.deque()
+        # Untouched requests first, in reverse, each put at the front of its
+        # pending list: they keep their order and their place.
+        for r in reversed(unsent):
+            del self.slots[r.wire_id]
+            core.on_conn_lost(r)
+        slots, self.slots = self.slots, {}
+        for r in slots.values():
+            core.on_conn_lost(r)
+
+    def down(self, why, record, tls_refused, now):
+        core = self.core
+        core.log(0 if tls_refused else 1 if self.state == READY else 3,
+                 f"connection to {self.addr}: {why}")
+        if record:
+            with core.mu:
+                core.last_error = f"{self.addr}: {why}"
+        self.teardown()
+        self.tls_refused = tls_refused
+        if self.extra and core.leader is not self:
+            self.state = RETIRED  # the leader moved on from this address
+            return
+        if tls_refused:
+            self.backoff = core.cfg.backoff_max
+        # Jitter: a delay in [3/4, 1] of the step.
+        self.next_attempt = now + core.rng.uniform(self.backoff * 0.75, self.backoff)
+        self.backoff = min(self.backoff * 2, core.cfg.backoff_max)
+
+    def fail(self, why, now):
+        self.down(why, True, False, now)
+
+    def retire(self):
+        self.teardown()
+        self.state = RETIRED
+
+    # ---- connecting ----
+
+    def start(self, now):
+        self.attempt_deadline = now + self.core.cfg.connect_timeout
+        if self.numeric:
+            fam = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            self.sockaddr = (fam, (self.host, self.port))
+            self.connect(now)
+            return
+        self.state = RESOLVING
+        self.core.resolve(self, self.host, self.port)
+
+    def lookup_done(self, host, result, now):
+        if self.state != RESOLVING or host != self.host:
+            return  # timed out or re-pointed meanwhile
+        if result is None:
+            self.fail("host name lookup failed", now)
+            return
+        self.sockaddr = result
+        self.connect(now)
+
+    def connect(self, now):
+        core = self.core
+        core.st["connect_attempts"] += 1
+        fam, sa = self.sockaddr
+        try:
+            s = socket.socket(fam, socket.SOCK_STREAM)
+        except OSError as e:
+            self.fail(e.strerror or str(e), now)
+            return
+        s.setblocking(False)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for opt, v in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 3), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, opt):
+                s.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), v)
+        self.sock = s
+        rc = s.connect_ex(sa)
+        if rc == 0:
+            self.connected(now)
+        elif rc in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+            self.state = CONNECTING
+            self.arm(selectors.EVENT_WRITE)
+        else:
+            self.fail(f"connect: {_strerror(rc)}", now)
+
+    def connected(self, now):
+        core = self.core
+        self.got_bytes = False
+        if core.tls_ctx is None:
+            self.state = BANNER
+            self.arm(selectors.EVENT_READ)
+            return
+        name = core.tls_server_name or self.host
+        self.tls_in, self.tls_out_bio = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = core.tls_ctx.wrap_bio(self.tls_in, self.tls_out_bio, server_hostname=name)
+        self.tls_seen = False
+        self.state = TLS
+        self.tls_step(now)
+        if self.sock is not None:
+            self.arm(selectors.EVENT_READ)
+
+    def timer(self, now):
+        if self.state == IDLE:
+            if self.next_attempt <= now:
+                self.start(now)
+        elif self.state in (RESOLVING, CONNECTING, TLS, BANNER, AUTH, PROBE):
+            if self.attempt_deadline > now:
+                return
+            if self.state == TLS:
+                self.fail("TLS handshake timed out", now)
+            elif self.state == BANNER and self.tls is None and not self.got_bytes:
+                self.fail("connected, but no banner from the server in time (a TLS port? "
+                          "then set tls_ca_file)", now)
+            else:
+                self.fail("connect or handshake timed out", now)
+
+    def next_timer(self):
+        if self.state == IDLE:
+            return self.next_attempt
+        if self.state in (READY, RETIRED):
+            return None
+        return self.attempt_deadline
+
+    # ---- output ----
+
+    def has_room(self):
+        return (self.state == READY and len(self.slots) < self.core.cfg.inflight_max
+                and len(self.wbuf) < WBUF_HIGH)
+
+    def append(self, line):
+        self.wbuf += line
+        self.out_appended += len(line)
+
+    def queue(self, r, now):
+        core = self.core
+        rid = self.next_id
+        while rid == PROBE_ID or rid in self.slots:
+            rid += 1
+        self.next_id = rid + 1
+        owner = core.owner_b
+        if r.type == "A":
+            # The wait left of the caller's budget.
+            spent_ms = int((now - r.submit) * 1000) if now > r.submit else 0
+            r.wait_sent_ms = 0 if spent_ms >= r.wait_ms else r.wait_ms - spent_ms
+            line = P.fmt_acquire(rid, r.kb, owner, r.lease_ms, r.wait_sent_ms)
+        elif r.type == "R":
+            line = P.fmt_release(rid, r.kb, owner, r.token)
+        elif r.type == "Q":
+            line = P.fmt_query(rid, r.kb)
+        else:
+            line = P.fmt_ping(rid)
+        r.stream_pos = self.out_appended
+        self.append(line)
+        r.wire = WIRE_QUEUED
+        r.conn = self
+        r.wire_id = rid
+        self.slots[rid] = r
+        self.unsent.append(r)
+
+    def neuter(self, r):
+        off = r.stream_pos - self.out_written
+        assert r.wire == WIRE_QUEUED and 0 <= off < len(self.wbuf)
+        assert self.wbuf[off] == ord(r.type)
+        self.wbuf[off] = ord("X")  # answered "E <id> command", changes nothing
+        r.neutered = True
+
+    def drop_slot(self, r):
+        del self.slots[r.wire_id]
+        if r.wire == WIRE_QUEUED:
+            self.unsent.remove(r)
+        r.wire = WIRE_NONE
+        r.conn = None
+
+    def mark_sent(self, before):
+        while self.unsent and self.unsent[0].stream_pos < self.out_written:
+            self.core.on_sent(self.unsent.popleft(), before)
+
+    def flush(self, now):
+        if self.sock is None or self.state == CONNECTING:
+            return
+        if self.tls is not None:
+            self.flush_tls(now)
+            return
+        while self.wbuf:
+            before = time.monotonic()  # never later than the first byte leaving
+            try:
+                n = self.sock.send(self.wbuf)
+            except (BlockingIOError, InterruptedError):
+                self.arm(selectors.EVENT_READ | selectors.EVENT_WRITE)
+                return
+            except OSError as e:
+                self.fail(f"write: {e.strerror or e}", now)
+                return
+            if n <= 0:
+                self.fail("write: no progress", now)
+                return
+            del self.wbuf[:n]
+            self.out_written += n
+            self.mark_sent(before)
+        self.arm(selectors.EVENT_READ)
+
+    # ---- TLS (through memory BIOs, so "written" means "handed to TLS") ----
+
+    def tls_push(self, now):
+        """Sends pending ciphertext: True if all of it left, False if the
+        socket is full or the connection failed."""
+        self.tls_out += self.tls_out_bio.read()
+        while self.tls_out:
+            try:
+                n = self.sock.send(self.tls_out)
+            except (BlockingIOError, InterruptedError):
+                self.arm(selectors.EVENT_READ | selectors.EVENT_WRITE)
+                return False
+            except OSError as e:
+                self.fail(f"write: {e.strerror or e}", now)
+                return False
+            del self.tls_out[:n]
+        return True
+
+    def flush_tls(self, now):
+        while True:
+            if not self.tls_push(now):
+                return
+            if not self.wbuf or self.state == TLS:
+                break
+            chunk = bytes(self.wbuf[:TLS_WRITE_MAX])
+            before = time.monotonic()
+            try:
+                n = self.tls.write(chunk)
+            except ssl.SSLError as e:
+                self.fail_tls(e, now)
+                return
+            del self.wbuf[:n]
+            self.out_written += n
+            self.mark_sent(before)
+        self.arm(selectors.EVENT_READ)
+
+    def tls_step(self, now):
+        """Advances the TLS handshake, then reads plaintext into rbuf."""
+        try:
+            if self.state == TLS:
+                self.tls.do_handshake()
+                self.state = BANNER
+                self.tls_refused = False
+            while True:
+                data = self.tls.read(16384)
+                if not data:
+                    self.fail("closed by the server (TLS close_notify)", now)
+                    return
+                self.rbuf += data
+                self.lines(now)
+                if self.sock is None:
+                    return
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLZeroReturnError:
+            self.fail("closed by the server (TLS close_notify)", now)
+            return
+        except ssl.SSLError as e:
+            self.fail_tls(e, now)
+            return
+        if self.sock is not None:
+            self.tls_push(now)
+
+    def fail_tls(self, e, now):
+        core = self.core
+        name = core.tls_server_name or self.host
+        cert = isinstance(e, ssl.SSLCertVerificationError)
+        why = getattr(e, "verify_message", None) or getattr(e, "reason", None) or str(e)
+        if cert:
+            why = f"TLS handshake failed: {why} (CA file {core.tls_ca_file}, server name {name})"
+        else:
+            why = f"TLS failed: {why}"
+        self.down(why, True, cert or self.state == TLS, now)
+
+    # ---- input ----
+
+    def on_banner(self, line, now):
+        core = self.core
+        snonce = P.parse_banner(line.rstrip(b"\r"))
+        if snonce is None:
+            self.fail("refused (E before the banner)" if line.startswith(b"E")
+                      else "not a Ticketing client port", now)
+            return
+        self.snonce, self.cnonce = snonce, P.new_nonce()
+        cproof = P.proof(core.secret, "client", self.snonce, self.cnonce)
+        self.append(f"AUTH {self.cnonce} {cproof}\n".encode())
+        self.state = AUTH  # written by the loop's flush
+
+    def on_ok(self, line, now):
+        core = self.core
+        line = line.rstrip(b"\r")
+        sproof = P.parse_ok(line)
+        if sproof is None:
+            auth = line == b"E - auth"
+            if auth:
+                core.st["auth_failures"] += 1
+                core.log(0, f"{self.addr} refused our proof: is the client secret right?")
+            self.fail("authentication refused (wrong secret?)" if auth
+                      else "bad handshake answer", now)
+            return
+        expect = P.proof(core.secret, "server", self.snonce, self.cnonce)
+        if not P.hmac.compare_digest(expect, sproof):
+            # This peer does not know our secret: nothing it says is believed.
+            core.st["auth_failures"] += 1
+            self.fail("wrong server proof (not our cluster, or a wrong secret)", now)
+            return
+        core.st["handshakes"] += 1
+        self.append(P.fmt_ping(PROBE_ID))
+        self.state = PROBE  # flushed by the loop, after the lines already read
+
+    def on_line(self, line, now):
+        if self.state == BANNER:
+            self.on_banner(line, now)
+            return
+        if self.state == AUTH:
+            self.on_ok(line, now)
+            return
+        rsp = P.parse_response(line)
+        core = self.core
+        if rsp is None:
+            self.fail("protocol: malformed line", now)
+        elif rsp.type == "M":
+            core.on_moved(rsp.text, now)
+            self.down("not the leader (M)", False, False, now)
+        elif rsp.id is None:
+            self.fail(f"server closed: E - {rsp.text[:20]}", now)
+        elif self.state == PROBE:
+            if rsp.type == "P" and rsp.id == PROBE_ID:
+                self.state = READY
+                self.backoff = core.cfg.backoff_min  # a good handshake resets it
+                core.ready_change(1)
+                core.log(2, f"connected to {self.addr}"
+                            f" ({'hinted leader' if self.extra else 'configured'})")
+            else:
+                self.fail("unexpected answer to the probe", now)
+        else:
+            r = self.slots.get(rsp.id)
+            if r is None:
+                return  # a forgotten zombie's answer
+            fits = "E" if r.neutered else _FITS[r.type]
+            if r.wire != WIRE_SENT or rsp.type not in fits:
+                self.fail("protocol: answer does not fit its request", now)
+                return
+            self.drop_slot(r)
+            core.on_response(r, rsp, now)
+
+    def lines(self, now):
+        while self.sock is not None:
+            nl = self.rbuf.find(b"\n")
+            if nl < 0:
+                if len(self.rbuf) >= P.LINE_MAX:
+                    self.fail("protocol: line too long", now)
+                return
+            if nl + 1 > P.LINE_MAX:
+                self.fail("protocol: line too long", now)
+                return
+            line = bytes(self.rbuf[:nl])
+            del self.rbuf[:nl + 1]
+            self.on_line(line, now)
+
+    def read(self, now):
+        while self.sock is not None:
+            try:
+                data = self.sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self.fail(e.strerror or str(e), now)
+                return
+            if not data:
+                if self.tls is not None and self.state in (TLS, BANNER):
+                    self.down("closed by the server during or right after the TLS handshake "
+                              "(it may have refused our certificate)", True, True, now)
+                else:
+                    self.fail("closed by the server", now)
+                return
+            self.got_bytes = True
+            if self.tls is None:
+                self.rbuf += data
+                self.lines(now)
+                continue
+            if not self.tls_seen:
+                self.tls_seen = True
+                if data[0] != 0x16:
+                    if data[0] == 0x15:
+                        why = "the server refused the TLS handshake (alert)"
+                    else:
+                        txt = "".join(chr(b) if 32 <= b < 127 else "." for b in data[:20])
+                        why = (f"the server does not speak TLS: it answered in plaintext "
+                               f"(\"{txt}...\"); enable TLS on it, or connect without "
+                               f"tls_ca_file")
+                    self.down(why, True, True, now)
+                    return
+            self.tls_in.write(data)
+            self.tls_step(now)
+
+    def event(self, mask, now):
+        if self.sock is None:
+            return
+        if self.state == CONNECTING:
+            err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                self.fail(f"connect: {_strerror(err)}", now)
+                return
+            if mask & selectors.EVENT_WRITE:
+                self.connected(now)
+            return
+        if mask & selectors.EVENT_READ:
+            self.read(now)
+        if self.sock is not None and mask & selectors.EVENT_WRITE:
+            self.flush(now)
+
+
+def _strerror(code):
+    import os
+    return os.strerror(code)
+
+
+class Core:
+    """The I/O thread's state. Fields under "shared" are guarded by mu."""
+
+    def __init__(self, addrs, secret, owner, cfg, tls_ctx, tls_server_name, tls_ca_file, log):
+        self.cfg = cfg
+        self.secret = secret
+        self.owner = owner
+        self.owner_b = owner.encode("ascii")
+        self.tls_ctx = tls_ctx
+        self.tls_server_name = tls_server_name
+        self.tls_ca_file = tls_ca_file
+        self.logf = log
+        self.rng = random.Random()
+        self.sel = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, None)
+        # ---- shared, under mu ----
+        self.mu = threading.Lock()
+        self.ready_cv = threading.Condition(self.mu)
+        self.submitted = []
+        self.cancels = []
+        self.lookups = []
+        self.live_requests = 0
+        self.live_releases = 0
+        self.stopping = False
+        self.ready_count = 0
+        self.last_error = ""
+        self.leader_hint = ""
+        self.wake_pending = False
+        self.st = collections.Counter()  # written by the I/O thread only
+        # ---- I/O thread only ----
+        self.conns = [Conn(self, a, False) for a in addrs]
+        if len(addrs) == 1:
+            self.conns.append(Conn(self, addrs[0], False))
+        for i, k in enumerate(self.conns):
+            k.index = i
+        self.nconfigured = len(self.conns)
+        self.rr = 0
+        self.leader = None
+        self.pending_rel = collections.deque()
+        self.pending = collections.deque()
+        self.heap = []
+        self.hseq = 0
+        self.draining = False
+        self.drain_deadline = 0.0
+        self.resolver = None
+        self.thread = threading.Thread(target=self.main, name="ticketing-io", daemon=True)
+        self.thread.start()
+
+    def log(self, level, msg):
+        if self.logf is not None:
+            try:
+                self.logf(level, msg)
+            except Exception:
+                pass
+
+    # ---- API side (any thread) ----
+
+    def wake(self):
+        if not self.wake_pending:
+            self.wake_pending = True
+            try:
+                self.wake_w.send(b"\0")
+            except (BlockingIOError, OSError):
+                pass
+
+    def submit(self, r):
+        """Queues r; returns None, or an error word: "shutdown", "full"
+        (release queue), "requests_max"."""
+        r.future = concurrent.futures.Future()
+        r.submit = time.monotonic()
+        with self.mu:
+            if self.stopping:
+                return "shutdown"
+            if r.type == "R":
+                if self.live_releases >= self.cfg.release_queue_max:
+                    return "full"
+                self.live_releases += 1
+            else:
+                if self.live_requests >= self.cfg.requests_max:
+                    return "requests_max"
+                self.live_requests += 1
+            self.submitted.append(r)
+            self.wake()
+        return None
+
+    def cancel_req(self, r):
+        with self.mu:
+            if self.stopping:
+                return
+            self.cancels.append(r)
+            self.wake()
+
+    def stop(self, timeout=None):
+        with self.mu:
+            self.stopping = True
+            self.wake()
+        if threading.current_thread() is not self.thread:
+            self.thread.join(timeout)
+
+    def wait_ready(self, timeout):
+        end = time.monotonic() + timeout
+        with self.mu:
+            while self.ready_count == 0:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self.ready_cv.wait(left)
+            return True
+
+    def resolve(self, conn, host, port):
+        if self.resolver is None:
+            self.resolver = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="ticketing-resolve")
+
+        def work():
+            try:
+                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                res = (infos[0][0], infos[0][4]) if infos else None
+            except OSError:
+                res = None
+            with self.mu:
+                self.lookups.append((conn, host, res))
+                self.wake()
+        self.resolver.submit(work)
+
+    def ready_change(self, delta):
+        with self.mu:
+            self.ready_count += delta
+            if self.ready_count > 0:
+                self.ready_cv.notify_all()
+
+    # ---- heap ----
+
+    def heap_set(self, r, deadline):
+        r.hgen += 1
+        r.deadline = deadline
+        r.in_heap = True
+        self.hseq += 1
+        heapq.heappush(self.heap, (deadline, self.hseq, r.hgen, r))
+
+    def heap_remove(self, r):
+        if r.in_heap:
+            r.in_heap = False
+            r.hgen += 1  # the entry in the heap goes stale
+
+    def heap_top(self):
+        h = self.heap
+        while h and (not h[0][3].in_heap or h[0][2] != h[0][3].hgen):
+            heapq.heappop(h)
+        return h[0][3] if h else None
+
+    # ---- outcomes ----
+
+    def decide(self, r, res):
+        assert not r.decided
+        r.decided = True
+        res.key = r.key
+        res.sent = r.sent
+        if r.type == "R":
+            res.token = r.token
+            res.resent = r.resent
+        if res.outcome == INDETERMINATE:
+            self.st["indeterminate"] += 1
+        if r.compensation:
+            self.log(2 if res.outcome in (RELEASED, NOT_HELD) else 1,
+                     f"compensation release of {r.key} token {r.token}: {res.outcome}")
+            return
+        if not r.future.done():
+            r.future.set_result(res)
+
+    def free(self, r):
+        """r is done with: give back its place in the client's bounds."""
+        with self.mu:
+            if r.type == "R":
+                self.live_releases -= 1
+            else:
+                self.live_requests -= 1
+
+    def finish(self, r, outcome, reason=""):
+        assert r.wire == WIRE_NONE
+        if r.pending:
+            (self.pending_rel if r.type == "R" else self.pending).remove(r)
+            r.pending = False
+        self.heap_remove(r)
+        self.decide(r, Result(outcome, reason=reason))
+        self.free(r)
+
+    def repend(self, r, front):
+        lst = self.pending_rel if r.type == "R" else self.pending
+        if front:
+            lst.appendleft(r)
+        else:
+            lst.append(r)
+        r.pending = True
+
+    def accept(self, r):
+        if r.type == "A":
+            budget = max(r.wait_ms, self.cfg.send_budget_min_ms) / 1000
+        elif r.type == "R":
+            budget = RELEASE_DEADLINE
+        else:
+            budget = self.cfg.request_timeout
+        self.heap_set(r, r.submit + budget)
+        self.repend(r, False)
+
+    def compensate(self, r, token):
+        with self.mu:
+            full = self.live_releases >= self.cfg.release_queue_max
+            if not full:
+                self.live_releases += 1
+        if full:
+            self.st["compensations_dropped"] += 1
+            self.log(1, f"late grant of {r.key} token {token} not released: release queue "
+                        f"full (the lease will free it)")
+            return
+        self.st["compensations"] += 1
+        self.log(2, f"late grant of {r.key} token {token}: releasing it")
+        c = Req("R", r.key, token=token)
+        c.compensation = True
+        c.submit = time.monotonic()
+        self.accept(c)
+
+    def zombie(self, r, now):
+        until = now + ZOMBIE_LINGER
+        if r.type == "A" and r.wire == WIRE_SENT:
+            until += r.wait_sent_ms / 1000
+        self.heap_set(r, until)
+
+    def on_sent(self, r, now):
+        r.wire = WIRE_SENT
+        if r.sent is not None and r.type == "R":
+            r.resent = True
+        r.sent = now
+        self.st["requests_written"] += 1
+        if not r.decided and r.type == "A":
+            self.heap_set(r, now + r.wait_sent_ms / 1000 + self.cfg.response_grace)
+
+    def on_response(self, r, rsp, now):
+        if r.decided:
+            if r.type == "A" and rsp.type == "G":
+                self.compensate(r, rsp.token)
+            self.heap_remove(r)
+            self.free(r)
+            return
+        t = rsp.type
+        if t == "G":
+            # The lease counts from the commit; the first write is earlier.
+            res = Result(ACQUIRED, token=rsp.token, lease_deadline=r.sent + r.lease_ms / 1000)
+        elif t == "Q":
+            res = Result(ANSWERED, token=rsp.token, held=rsp.owner is not None,
+                         owner=rsp.owner, waiters=rsp.waiters)
+        elif t == "P":
+            res = Result(ANSWERED, rtt=max(0.0, now - r.sent))
+        elif t == "E":
+            res = Result(INVALID, reason=rsp.text[:15])
+        else:
+            res = Result({"T": TIMEOUT, "B": BUSY, "R": RELEASED, "N": NOT_HELD}[t])
+        self.heap_remove(r)
+        self.decide(r, res)
+        self.free(r)
+
+    def on_conn_lost(self, r):
+        sent = r.wire == WIRE_SENT
+        r.wire = WIRE_NONE
+        r.conn = None
+        if r.decided:  # a zombie: its answer is gone with the connection
+            self.heap_remove(r)
+            self.free(r)
+        elif not sent or r.type != "A":
+            # Not one byte written: the same request may go elsewhere. A
+            # written release or read is safe to repeat.
+            r.neutered = False
+            self.repend(r, True)
+        else:
+            # Written, no answer: nobody knows whether it was granted.
+            self.finish(r, INDETERMINATE)
+
+    def expire(self, r, now):
+        if r.decided:  # the linger of a zombie ended: forget its id
+            r.conn.drop_slot(r)
+            self.free(r)
+            return
+        if r.type == "R":
+            o = UNCONFIRMED
+        elif r.type == "A" and r.wire == WIRE_SENT:
+            o = INDETERMINATE
+        else:
+            o = UNAVAILABLE
+        if r.wire == WIRE_NONE:
+            self.finish(r, o)
+            return
+        if r.wire == WIRE_QUEUED:
+            r.conn.neuter(r)
+        self.decide(r, Result(o))
+        self.zombie(r, now)
+
+    def cancel_one(self, r, now):
+        if r.decided or r.type != "A":
+            return
+        if r.wire == WIRE_NONE:
+            if r.pending:
+                self.finish(r, CANCELLED)
+            return
+        if r.wire == WIRE_QUEUED:
+            r.conn.neuter(r)
+        self.decide(r, Result(CANCELLED))
+        self.zombie(r, now)
+
+    # ---- M hints ----
+
+    def on_moved(self, addr, now):
+        self.st["moved"] += 1
+        with self.mu:
+            same = (addr or "") == self.leader_hint
+            self.leader_hint = addr or ""
+        if not addr:
+            self.leader = None  # "M -": no leader known now
+            return
+        if not same:
+            self.log(2, f"leader hint: {addr}")
+        for k in self.conns:
+            if k.addr == addr:
+                self.leader = k
+                if k.state == RETIRED:
+                    k.state = IDLE
+                    k.backoff = self.cfg.backoff_min
+                    k.next_attempt = float("inf")
+                # Soon, but not sooner than the shortest backoff: two nodes
+                # naming each other during an election make no tight loop.
+                if k.state == IDLE:
+                    k.next_attempt = min(k.next_attempt, now + self.cfg.backoff_min)
+                return
+        # A member we were not configured with: connect to it too.
+        extras = self.conns[self.nconfigured:]
+        slot = None
+        if len(extras) < EXTRA_MAX:
+            try:
+                k = Conn(self, addr, True)
+            except ValueError:
+                self.log(1, f"cannot connect to hinted leader {addr} (bad address)")
+                return
+            k.index = len(self.conns)
+            k.next_attempt = now
+            self.conns.append(k)
+            self.leader = k
+            return
+        for k in extras:
+            if k.state == RETIRED:
+                slot = k
+                break
+        if slot is None:
+            for k in extras:
+                if k.state != READY:
+                    slot = k
+                    break
+        if slot is None:
+            self.log(1, f"no room for a connection to hinted leader {addr}")
+            return
+        slot.retire()
+        try:
+            slot.set_addr(addr)
+        except ValueError:
+            return
+        slot.state = IDLE
+        slot.backoff = self.cfg.backoff_min
+        slot.next_attempt = now
+        self.leader = slot
+
+    # ---- the loop ----
+
+    def pick_conn(self):
+        if self.leader is not None and self.leader.has_room():
+            return self.leader
+        n = len(self.conns)
+        for j in range(n):
+            i = (self.rr + j) % n
+            if self.conns[i].has_room():
+                self.rr = (i + 1) % n
+                return self.conns[i]
+        return None
+
+    def dispatch(self, now):
+        for lst in (self.pending_rel, self.pending):
+            while lst:
+                k = self.pick_conn()
+                if k is None:
+                    return
+                r = lst.popleft()
+                r.pending = False
+                k.queue(r, now)
+
+    def tls_refused_all(self):
+        live = [k for k in self.conns if k.state != RETIRED]
+        return bool(live) and all(k.tls_refused for k in live)
+
+    def drain_begin(self, now):
+        self.draining = True
+        self.drain_deadline = now + RELEASE_DEADLINE
+        while self.pending:
+            self.finish(self.pending[0], CANCELLED, "shutdown")
+        for k in self.conns:
+            for r in list(k.slots.values()):
+                if not r.decided and r.type != "R":
+                    if r.wire == WIRE_QUEUED:
+                        k.neuter(r)
+                    self.decide(r, Result(CANCELLED, reason="shutdown"))
+                    self.zombie(r, now)
+
+    def drain_inbox(self, now):
+        try:
+            while self.wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        with self.mu:
+            self.wake_pending = False
+            sub, self.submitted = self.submitted, []
+            cancels, self.cancels = self.cancels, []
+            lookups, self.lookups = self.lookups, []
+            stopping = self.stopping
+        for r in sub:
+            self.accept(r)
+        for r in cancels:
+            self.cancel_one(r, now)
+        if stopping and not self.draining:
+            self.drain_begin(now)
+        for conn, host, res in lookups:
+            conn.lookup_done(host, res, now)
+
+    def run_timers(self, now):
+        for k in list(self.conns):
+            t = k.next_timer()
+            if t is not None and t <= now:
+                k.timer(now)
+        while True:
+            r = self.heap_top()
+            if r is None or r.deadline > now:
+                break
+            self.heap_remove(r)
+            self.expire(r, now)
+
+    def loop_timeout(self, now):
+        nxt = None
+        r = self.heap_top()
+        if r is not None:
+            nxt = r.deadline
+        for k in self.conns:
+            t = k.next_timer()
+            if t is not None and (nxt is None or t < nxt):
+                nxt = t
+        if self.draining and (nxt is None or self.drain_deadline < nxt):
+            nxt = self.drain_deadline
+        if nxt is None:
+            return None
+        return max(0.0, nxt - now)
+
+    def drain_done(self, now):
+        if now >= self.drain_deadline:
+            return True
+        with self.mu:
+            return self.live_releases == 0
+
+    def main(self):
+        now = time.monotonic()
+        for k in self.conns:
+            k.next_attempt = now
+        self.drain_inbox(now)
+        try:
+            while True:
+                self.run_timers(now)
+                self.dispatch(now)
+                if self.pending and self.tls_refused_all():
+                    while self.pending:
+                        self.finish(self.pending[0], UNAVAILABLE, "tls")
+                for k in list(self.conns):
+                    k.flush(now)
+                if self.draining and self.drain_done(now):
+                    break
+                events = self.sel.select(self.loop_timeout(now))
+                now = time.monotonic()
+                inbox = False
+                for key, mask in events:
+                    if key.data is None:
+                        inbox = True
+                    else:
+                        key.data.event(mask, now)
+                if inbox:
+                    self.drain_inbox(now)
+        finally:
+            self.final_sweep()
+
+    def final_sweep(self):
+        for k in self.conns:
+            k.retire()
+        while self.pending_rel:
+            self.finish(self.pending_rel[0], UNCONFIRMED)
+        while self.pending:
+            self.finish(self.pending[0], CANCELLED, "shutdown")
+        with self.mu:
+            late, self.submitted = self.submitted, []
+        for r in late:  # submitted after the stop was seen
+            self.decide(r, Result(CANCELLED, reason="shutdown"))
+            self.free(r)
+        self.sel.close()
+        self.wake_r.close()
+        self.wake_w.close()
+        if self.resolver is not None:
+            self.resolver.shutdown(wait=False)

@@ -1,0 +1,107 @@
+"""The conformance driver of the Python client.
+
+    python3 -m ticketing.driver --addrs HOST:PORT[,HOST:PORT...] --secret-file PATH
+        --owner NAME [--response-grace-ms N] [--connect-timeout-ms N]
+        [--send-budget-min-ms N] [--request-timeout-ms N] [--backoff-min-ms N]
+        [--backoff-max-ms N] [--release-queue-max N]
+
+Makes one Client and keeps it for the whole session. Reads one JSON command
+per line on stdin and writes one JSON reply per line on stdout, in order,
+flushed after each. Outcome names are those of the C library without the
+TK_CLIENT_ prefix. A malformed command gets outcome DRIVER_ERROR.
+"""
+import argparse
+import json
+import sys
+import time
+
+from .client import Client
+from .errors import OUTCOMES
+
+KNOBS = ("response_grace_ms", "connect_timeout_ms", "send_budget_min_ms", "request_timeout_ms",
+         "backoff_min_ms", "backoff_max_ms", "release_queue_max")
+
+
+def _int(cmd, name):
+    v = cmd.get(name)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ValueError(f"{name} must be an integer")
+    return v
+
+
+def _str(cmd, name):
+    v = cmd.get(name)
+    if not isinstance(v, str):
+        raise ValueError(f"{name} must be a string")
+    return v
+
+
+def handle(client, cmd):
+    """One command -> its reply (without elapsed_ms)."""
+    op = cmd.get("op")
+    if op == "acquire":
+        key, lease, wait = _str(cmd, "key"), _int(cmd, "lease_ms"), _int(cmd, "wait_ms")
+        r = client.acquire_result(key, lease, wait)
+        return {"outcome": r.outcome, "token": r.token if r.outcome == "ACQUIRED" else 0}
+    if op == "release":
+        key, token = _str(cmd, "key"), _int(cmd, "token")
+        r = client.release_result(key, token)
+        return {"outcome": r.outcome, "resent": bool(r.resent)}
+    if op == "query":
+        r = client.query_result(_str(cmd, "key"))
+        return {"outcome": r.outcome, "held": bool(r.held), "owner": r.owner,
+                "token": r.token if r.outcome == "ANSWERED" else 0, "waiters": r.waiters}
+    if op == "ping":
+        return {"outcome": client.ping_result().outcome}
+    if op == "sleep":
+        ms = _int(cmd, "ms")
+        if ms < 0:
+            raise ValueError("ms must be >= 0")
+        time.sleep(ms / 1000)  # the I/O thread goes on meanwhile
+        return {"outcome": "OK"}
+    if op == "stats":
+        st = client.stats()
+        return {"outcome": "OK", "compensations": st["compensations"],
+                "indeterminate": st["indeterminate"], "moved": st["moved"],
+                "releases_queued": st["releases_queued"]}
+    if op == "close":
+        client.close()
+        return {"outcome": "OK"}
+    raise ValueError(f"unknown op {op!r}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="ticketing.driver", description=__doc__.split("\n")[0])
+    ap.add_argument("--addrs", required=True)
+    ap.add_argument("--secret-file", required=True)
+    ap.add_argument("--owner", required=True)
+    for k in KNOBS:
+        ap.add_argument("--" + k.replace("_", "-"), type=int, default=None)
+    a = ap.parse_args(argv)
+    knobs = {k: getattr(a, k) for k in KNOBS if getattr(a, k) is not None}
+    client = Client(a.addrs, secret_file=a.secret_file, owner=a.owner, **knobs)
+    out = sys.stdout
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        start = time.monotonic()
+        try:
+            cmd = json.loads(line)
+            if not isinstance(cmd, dict):
+                raise ValueError("a command is a JSON object")
+            reply = handle(client, cmd)
+        except (ValueError, TypeError) as e:
+            reply = {"outcome": "DRIVER_ERROR", "message": str(e)}
+            cmd = None
+        assert reply["outcome"] in OUTCOMES or reply["outcome"] in ("OK", "DRIVER_ERROR")
+        reply["elapsed_ms"] = int((time.monotonic() - start) * 1000)
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+        if isinstance(cmd, dict) and cmd.get("op") == "close":
+            return 0
+    client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
