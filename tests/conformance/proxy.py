@@ -15,9 +15,12 @@ kernel buffers (the held side is simply not read), as with a stalled peer,
 and are lost if the connection is cut.
 """
 
+import fcntl
 import os
 import selectors
 import socket
+import struct
+import termios
 import threading
 import time
 
@@ -137,6 +140,22 @@ class FaultProxy:
                 except OSError:
                     pass
                 self._close(c)
+            return n
+
+        return self._call(fn)
+
+    def pending_c2s(self):
+        """Client bytes waiting, unread, in the proxy's sockets: what a held
+        client->server direction keeps back."""
+
+        def fn():
+            n = 0
+            for c in self.conns:
+                try:
+                    buf = fcntl.ioctl(c.client.fileno(), termios.FIONREAD, b"\0" * 4)
+                    n += struct.unpack("i", buf)[0]
+                except OSError:
+                    pass
             return n
 
         return self._call(fn)

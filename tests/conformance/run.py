@@ -529,10 +529,16 @@ class Run:
                 self.later(self.proxy_action, step)
             elif step["action"] == "expect":
                 p = self.proxies[step["proxy"]]
-                bad = mismatch({"accepts": p.accepts, "bytes_c2s": p.bytes_c2s},
-                               step["expect"], self.env)
-                if bad:
-                    raise StepFailed("proxy %s: %s" % (step["proxy"], bad))
+                end = now_ms() + step.get("within_ms", 0)
+                while True:
+                    view = {"accepts": p.accepts, "bytes_c2s": p.bytes_c2s,
+                            "pending_c2s": p.pending_c2s(), "live": p.live()}
+                    bad = mismatch(view, step["expect"], self.env)
+                    if bad is None:
+                        break
+                    if now_ms() >= end:
+                        raise StepFailed("proxy %s: %s" % (step["proxy"], bad))
+                    time.sleep(0.02)
             else:
                 self.proxy_action(step)
         elif "server" in step:
