@@ -1,0 +1,3 @@
+module ticketing.example/ticketing
+
+go 1.19

@@ -1,0 +1,739 @@
+package ticketing
+
+// The loop goroutine: it owns every connection, every timer and every
+// outcome, as the C library's I/O thread does. API calls hand it requests
+// (submitCh) and cancellations (cancelCh); connection goroutines hand it
+// events (evCh). It never blocks on anything but its select.
+//
+// A request's deadline (the heap key) depends on where it is:
+//   acquire, not yet written: submit + max(wait, SendBudgetMin), then
+//     UNAVAILABLE (an unwritten line still in our buffer is neutered first:
+//     its command letter becomes X, which the server answers E and ignores);
+//   acquire, written: first write + wait as sent + ResponseGrace, then
+//     INDETERMINATE;
+//   release (explicit or compensation): enqueue + 5 s, then UNCONFIRMED;
+//   query, ping: submit + RequestTimeout, then UNAVAILABLE;
+//   decided but still holding an id on a connection (a zombie): a linger,
+//     after which its id is forgotten. A grant for a zombie acquire is
+//     released at once (compensation).
+
+import (
+	"container/heap"
+	"container/list"
+	"context"
+	"fmt"
+	"math/rand"
+	"time"
+)
+
+type outcome int
+
+const (
+	oNone outcome = iota
+	oAcquired
+	oTimeout
+	oBusy
+	oInvalid
+	oUnavailable
+	oIndeterminate
+	oCancelled
+	oReleased
+	oNotHeld
+	oUnconfirmed
+	oQueueFull
+	oAnswered
+)
+
+const (
+	wireNone = iota
+	wireQueued
+	wireSent
+)
+
+const zombieLinger = 30 * time.Second
+
+type result struct {
+	outcome  outcome
+	token    uint64
+	leaseEnd time.Duration // since t0
+	reason   string
+	held     bool
+	owner    string
+	waiters  uint32
+	resent   bool
+	rtt      time.Duration
+	ctxErr   error
+}
+
+type req struct {
+	typ                     byte
+	key                     string
+	leaseMs, waitMs         uint32
+	waitSentMs              uint32
+	token                   uint64
+	submit, sent, deadline  time.Duration
+	everSent                bool
+	hidx                    int
+	elem                    *list.Element // on a pending list
+	decided, neutered, comp bool
+	resent, shutdown        bool
+	wire                    int
+	conn                    *conn
+	id, pos                 uint64
+	done                    chan result
+}
+
+type reqHeap []*req
+
+func (h reqHeap) Len() int            { return len(h) }
+func (h reqHeap) Less(i, j int) bool  { return h[i].deadline < h[j].deadline }
+func (h reqHeap) Swap(i, j int)       { h[i], h[j] = h[j], h[i]; h[i].hidx = i; h[j].hidx = j }
+func (h *reqHeap) Push(x interface{}) { r := x.(*req); r.hidx = len(*h); *h = append(*h, r) }
+func (h *reqHeap) Pop() interface{} {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	r.hidx = -1
+	return r
+}
+
+type loop struct {
+	c                   *Client
+	conns               []*conn
+	nconfigured         int
+	rr                  int
+	leader              int
+	pendingRel, pending *list.List
+	heap                reqHeap
+	rng                 *rand.Rand
+	draining            bool
+	drainDeadline       time.Duration
+}
+
+func (c *Client) now() time.Duration { return time.Since(c.t0) }
+
+func (c *Client) logf(level int, format string, a ...interface{}) {
+	if c.cfg.Logf != nil {
+		c.cfg.Logf(level, fmt.Sprintf(format, a...))
+	}
+}
+
+func (l *loop) init(c *Client) {
+	l.c = c
+	l.leader = -1
+	l.pendingRel, l.pending = list.New(), list.New()
+	var seed [8]byte
+	cryptoRead(seed[:])
+	s := int64(0)
+	for _, b := range seed {
+		s = s<<8 | int64(b)
+	}
+	l.rng = rand.New(rand.NewSource(s))
+	addrs := c.addrs
+	if len(addrs) == 1 {
+		addrs = []string{addrs[0], addrs[0]}
+	}
+	for _, a := range addrs {
+		k := newConn(c, len(l.conns), a, false)
+		l.conns = append(l.conns, k)
+	}
+	l.nconfigured = len(l.conns)
+	c.st.conns.Store(int64(len(l.conns)))
+}
+
+// ---- the API side -----------------------------------------------------------
+
+// do submits r and waits for its outcome, or for ctx.
+func (c *Client) do(ctx context.Context, r *req) result {
+	rel := r.typ == 'R'
+	if rel {
+		for {
+			n := c.liveRel.Load()
+			if n >= int64(c.cfg.ReleaseQueueMax) {
+				return result{outcome: oQueueFull}
+			}
+			if c.liveRel.CompareAndSwap(n, n+1) {
+				break
+			}
+		}
+	} else if c.liveReq.Add(1) > int64(c.cfg.RequestsMax) {
+		c.liveReq.Add(-1)
+		return result{outcome: oUnavailable, reason: "requests_max"}
+	}
+	r.done = make(chan result, 1)
+	r.hidx = -1
+	r.submit = c.now()
+	select {
+	case c.submitCh <- r:
+	case <-c.quit:
+		c.unlive(r)
+		return result{outcome: oCancelled, reason: "shutdown"}
+	case <-ctx.Done():
+		c.unlive(r)
+		if rel {
+			return result{outcome: oUnconfirmed, ctxErr: ctx.Err()}
+		}
+		return result{outcome: oCancelled, ctxErr: ctx.Err()}
+	}
+	select {
+	case res := <-r.done:
+		return res
+	case <-c.quit:
+		return c.afterQuit(r)
+	case <-ctx.Done():
+	}
+	if rel { // the release goes on in the queue; the caller stops waiting
+		return result{outcome: oUnconfirmed, ctxErr: ctx.Err()}
+	}
+	select {
+	case c.cancelCh <- r:
+	case res := <-r.done:
+		return res
+	case <-c.quit:
+		return c.afterQuit(r)
+	}
+	select { // the loop decides every request it was given exactly once
+	case res := <-r.done:
+		if res.outcome == oCancelled || res.outcome == oIndeterminate {
+			res.ctxErr = ctx.Err()
+		}
+		return res
+	case <-c.quit:
+		return c.afterQuit(r)
+	}
+}
+
+func (c *Client) afterQuit(r *req) result {
+	select {
+	case res := <-r.done:
+		return res
+	default:
+		// Only a request still in submitCh when the loop ended gets here;
+		// the loop's last act frees those.
+		return result{outcome: oCancelled, reason: "shutdown"}
+	}
+}
+
+func (c *Client) unlive(r *req) {
+	if r.typ == 'R' {
+		c.liveRel.Add(-1)
+	} else {
+		c.liveReq.Add(-1)
+	}
+}
+
+// ---- outcomes -----------------------------------------------------------------
+
+func (l *loop) decide(r *req, res result) {
+	if r.decided {
+		panic("ticketing: a request decided twice")
+	}
+	r.decided = true
+	if res.outcome == oIndeterminate {
+		l.c.st.indet.Add(1)
+	}
+	if r.comp {
+		lvl := 1
+		if res.outcome == oReleased || res.outcome == oNotHeld {
+			lvl = 2
+		}
+		l.c.logf(lvl, "compensation release of %s token %d: %v", r.key, r.token, res.outcome)
+		return
+	}
+	r.done <- res
+}
+
+// free forgets a request that holds no connection.
+func (l *loop) free(r *req) {
+	l.heapRemove(r)
+	l.unpend(r)
+	l.c.unlive(r)
+}
+
+func (l *loop) finish(r *req, o outcome, reason string) {
+	res := result{outcome: o, reason: reason}
+	if r.typ == 'R' {
+		res.token, res.resent = r.token, r.resent
+	}
+	l.unpend(r)
+	l.heapRemove(r)
+	l.decide(r, res)
+	l.c.unlive(r)
+}
+
+func (l *loop) listOf(r *req) *list.List {
+	if r.typ == 'R' {
+		return l.pendingRel
+	}
+	return l.pending
+}
+
+func (l *loop) unpend(r *req) {
+	if r.elem != nil {
+		l.listOf(r).Remove(r.elem)
+		r.elem = nil
+	}
+}
+
+func (l *loop) repend(r *req, front bool) {
+	if front {
+		r.elem = l.listOf(r).PushFront(r)
+	} else {
+		r.elem = l.listOf(r).PushBack(r)
+	}
+}
+
+func (l *loop) heapSet(r *req, d time.Duration) {
+	r.deadline = d
+	if r.hidx >= 0 {
+		heap.Fix(&l.heap, r.hidx)
+	} else {
+		heap.Push(&l.heap, r)
+	}
+}
+
+func (l *loop) heapRemove(r *req) {
+	if r.hidx >= 0 {
+		heap.Remove(&l.heap, r.hidx)
+	}
+}
+
+func maxDur(a, b time.Duration) time.Duration {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func (l *loop) accept(r *req) {
+	c := l.c
+	if l.draining && r.typ != 'R' {
+		l.decide(r, result{outcome: oCancelled, reason: "shutdown"})
+		c.unlive(r)
+		return
+	}
+	var budget time.Duration
+	switch r.typ {
+	case 'A':
+		budget = maxDur(time.Duration(r.waitMs)*time.Millisecond, c.cfg.SendBudgetMin)
+	case 'R':
+		budget = releaseDeadline * time.Millisecond
+	default:
+		budget = c.cfg.RequestTimeout
+	}
+	l.heapSet(r, r.submit+budget)
+	l.repend(r, false)
+}
+
+func (l *loop) compensate(r *req, token uint64) {
+	c := l.c
+	for {
+		n := c.liveRel.Load()
+		if n >= int64(c.cfg.ReleaseQueueMax) {
+			c.st.compDropped.Add(1)
+			c.logf(1, "late grant of %s token %d not released: release queue full (the lease will free it)", r.key, token)
+			return
+		}
+		if c.liveRel.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	c.st.comp.Add(1)
+	c.logf(2, "late grant of %s token %d: releasing it", r.key, token)
+	comp := &req{typ: 'R', key: r.key, token: token, comp: true, hidx: -1, submit: c.now()}
+	l.accept(comp)
+}
+
+// zombie keeps a decided request's id until its answer or the linger.
+func (l *loop) zombie(r *req, now time.Duration) {
+	until := now + zombieLinger
+	if r.typ == 'A' && r.wire == wireSent {
+		until += time.Duration(r.waitSentMs) * time.Millisecond
+	}
+	l.heapSet(r, until)
+}
+
+func (l *loop) onSent(r *req, at time.Duration) {
+	r.wire = wireSent
+	if r.everSent && r.typ == 'R' {
+		r.resent = true
+	}
+	r.everSent = true
+	r.sent = at
+	l.c.st.written.Add(1)
+	if !r.decided && r.typ == 'A' {
+		l.heapSet(r, at+time.Duration(r.waitSentMs)*time.Millisecond+l.c.cfg.ResponseGrace)
+	}
+}
+
+func fits(r *req, t byte) bool {
+	if r.neutered {
+		return t == 'E'
+	}
+	switch r.typ {
+	case 'A':
+		return t == 'G' || t == 'T' || t == 'B' || t == 'E'
+	case 'R':
+		return t == 'R' || t == 'N' || t == 'E'
+	case 'Q':
+		return t == 'Q' || t == 'E'
+	}
+	return t == 'P' || t == 'E'
+}
+
+func (l *loop) onResponse(r *req, rsp *response, now time.Duration) {
+	if r.decided {
+		if r.typ == 'A' && rsp.typ == 'G' {
+			l.compensate(r, rsp.token)
+		}
+		l.free(r)
+		return
+	}
+	var res result
+	switch rsp.typ {
+	case 'G':
+		res.outcome, res.token = oAcquired, rsp.token
+		// The lease counts from the commit; the first write is earlier.
+		res.leaseEnd = r.sent + time.Duration(r.leaseMs)*time.Millisecond
+	case 'T':
+		res.outcome = oTimeout
+	case 'B':
+		res.outcome = oBusy
+	case 'R':
+		res.outcome = oReleased
+	case 'N':
+		res.outcome = oNotHeld
+	case 'Q':
+		res.outcome, res.held, res.owner = oAnswered, rsp.token != 0, rsp.owner
+		res.token, res.waiters = rsp.token, rsp.waiters
+	case 'P':
+		res.outcome = oAnswered
+		if now > r.sent {
+			res.rtt = now - r.sent
+		}
+	default:
+		res.outcome, res.reason = oInvalid, rsp.text
+	}
+	if r.typ == 'R' {
+		res.token, res.resent = r.token, r.resent
+	}
+	l.heapRemove(r)
+	l.decide(r, res)
+	l.c.unlive(r)
+}
+
+// onConnLost: r was on a connection that died.
+func (l *loop) onConnLost(r *req) {
+	sent := r.wire == wireSent
+	r.wire, r.conn = wireNone, nil
+	switch {
+	case r.decided: // a zombie: its answer is gone with the connection
+		l.free(r)
+	case !sent || r.typ != 'A':
+		// Not one byte written: the same request may go elsewhere. A
+		// written release or read is safe to repeat.
+		r.neutered = false
+		l.repend(r, true)
+	default:
+		// Written, no answer: nobody knows whether it was granted. Never
+		// resent; an M or a close is no ground for it.
+		l.finish(r, oIndeterminate, "")
+	}
+}
+
+func (l *loop) expire(r *req, now time.Duration) {
+	if r.decided { // a zombie's linger ended: forget its id
+		r.conn.dropSlot(r)
+		l.free(r)
+		return
+	}
+	if r.wire == wireQueued && !r.conn.canNeuter(r) {
+		// Handed to a write that has not returned: it may be leaving right
+		// now. Decide once the write says how far it got.
+		l.heapSet(r, now+10*time.Millisecond)
+		return
+	}
+	o := oUnavailable
+	if r.typ == 'R' {
+		o = oUnconfirmed
+	} else if r.typ == 'A' && r.wire == wireSent {
+		o = oIndeterminate
+	}
+	if r.wire == wireNone {
+		l.finish(r, o, "")
+		return
+	}
+	if r.wire == wireQueued {
+		r.conn.neuter(r)
+	}
+	res := result{outcome: o}
+	if r.typ == 'R' {
+		res.token, res.resent = r.token, r.resent
+	}
+	l.decide(r, res)
+	l.zombie(r, now)
+}
+
+// cancel: ctx of an acquire, query or ping ended. Not written: CANCELLED.
+// An acquire that may have been written: INDETERMINATE, and a grant that
+// still comes is released.
+func (l *loop) cancel(r *req, now time.Duration) {
+	if r.decided || r.typ == 'R' {
+		return
+	}
+	if r.wire == wireNone {
+		l.finish(r, oCancelled, "")
+		return
+	}
+	o := oCancelled
+	if r.wire == wireQueued && r.conn.canNeuter(r) {
+		r.conn.neuter(r)
+	} else if r.typ == 'A' {
+		o = oIndeterminate
+	}
+	l.decide(r, result{outcome: o})
+	l.zombie(r, now)
+}
+
+// ---- M hints ----------------------------------------------------------------------
+
+func (l *loop) onMoved(addr string, now time.Duration) {
+	c := l.c
+	c.st.moved.Add(1)
+	c.mu.Lock()
+	same := addr == c.leaderHint
+	c.leaderHint = addr
+	c.mu.Unlock()
+	if addr == "" {
+		l.leader = -1
+		return
+	}
+	if !same {
+		c.logf(2, "leader hint: %s", addr)
+	}
+	for i, k := range l.conns {
+		if k.addr != addr {
+			continue
+		}
+		l.leader = i
+		if k.state == stRetired {
+			k.state = stIdle
+			k.backoff = c.cfg.BackoffMin
+			k.nextAttempt = 1<<62 - 1
+		}
+		// Soon, but not sooner than the shortest backoff: two nodes naming
+		// each other during an election must not make a tight loop.
+		if k.state == stIdle && now+c.cfg.BackoffMin < k.nextAttempt {
+			k.nextAttempt = now + c.cfg.BackoffMin
+		}
+		return
+	}
+	// A member we were not configured with: connect to it too.
+	if _, _, err := splitAddr(addr); err != nil {
+		c.logf(1, "cannot connect to hinted leader %s: %v", addr, err)
+		return
+	}
+	slot := -1
+	if len(l.conns) < l.nconfigured+extraMax {
+		slot = len(l.conns)
+		l.conns = append(l.conns, newConn(c, slot, addr, true))
+		c.st.conns.Store(int64(len(l.conns)))
+	} else {
+		for i := l.nconfigured; i < len(l.conns) && slot < 0; i++ {
+			if l.conns[i].state == stRetired {
+				slot = i
+			}
+		}
+		for i := l.nconfigured; i < len(l.conns) && slot < 0; i++ {
+			if l.conns[i].state != stReady {
+				slot = i
+			}
+		}
+		if slot < 0 {
+			c.logf(1, "no room for a connection to hinted leader %s", addr)
+			return
+		}
+		l.conns[slot].retire()
+		l.conns[slot].setAddr(addr, now)
+	}
+	l.conns[slot].nextAttempt = now
+	l.leader = slot
+}
+
+func (l *loop) readyChange(d int) {
+	l.c.mu.Lock()
+	l.c.ready += d
+	l.c.mu.Unlock()
+}
+
+// ---- the loop ------------------------------------------------------------------------
+
+func (l *loop) pickConn() *conn {
+	if l.leader >= 0 && l.conns[l.leader].hasRoom() {
+		return l.conns[l.leader]
+	}
+	n := len(l.conns)
+	for j := 0; j < n; j++ {
+		i := (l.rr + j) % n
+		if l.conns[i].hasRoom() {
+			l.rr = (i + 1) % n
+			return l.conns[i]
+		}
+	}
+	return nil
+}
+
+func (l *loop) dispatch(now time.Duration) {
+	for _, lst := range []*list.List{l.pendingRel, l.pending} {
+		for lst.Len() > 0 {
+			k := l.pickConn()
+			if k == nil {
+				return
+			}
+			r := lst.Remove(lst.Front()).(*req)
+			r.elem = nil
+			k.queue(r, now)
+		}
+	}
+}
+
+// failTLSRefused: every connection's last attempt was refused in TLS, a
+// configuration error waiting will not fix; unsent acquires, queries and
+// pings end UNAVAILABLE "tls" now.
+func (l *loop) failTLSRefused() {
+	if l.pending.Len() == 0 {
+		return
+	}
+	live := 0
+	for _, k := range l.conns {
+		if k.state == stRetired {
+			continue
+		}
+		if !k.tlsRefused {
+			return
+		}
+		live++
+	}
+	if live == 0 {
+		return
+	}
+	for l.pending.Len() > 0 {
+		l.finish(l.pending.Front().Value.(*req), oUnavailable, "tls")
+	}
+}
+
+func (l *loop) drainBegin(now time.Duration) {
+	l.draining = true
+	l.drainDeadline = now + releaseDeadline*time.Millisecond
+	for l.pending.Len() > 0 {
+		l.finish(l.pending.Front().Value.(*req), oCancelled, "shutdown")
+	}
+	for _, k := range l.conns {
+		for _, r := range k.slots {
+			if !r.decided && r.typ != 'R' {
+				if r.wire == wireQueued && k.canNeuter(r) {
+					k.neuter(r)
+				}
+				l.decide(r, result{outcome: oCancelled, reason: "shutdown"})
+				l.zombie(r, now)
+			}
+		}
+	}
+}
+
+func (l *loop) runTimers(now time.Duration) {
+	for _, k := range l.conns {
+		if k.state == stIdle && k.nextAttempt <= now {
+			k.start(now)
+		}
+	}
+	for len(l.heap) > 0 && l.heap[0].deadline <= now {
+		r := heap.Pop(&l.heap).(*req)
+		l.expire(r, now)
+	}
+}
+
+func (l *loop) nextWake(now time.Duration) time.Duration {
+	next := time.Duration(1<<62 - 1)
+	if len(l.heap) > 0 {
+		next = l.heap[0].deadline
+	}
+	for _, k := range l.conns {
+		if k.state == stIdle && k.nextAttempt < next {
+			next = k.nextAttempt
+		}
+	}
+	if l.draining && l.drainDeadline < next {
+		next = l.drainDeadline
+	}
+	if next <= now {
+		return 0
+	}
+	return next - now
+}
+
+func (c *Client) run() {
+	l := &c.lp
+	timer := time.NewTimer(time.Hour)
+	stop := c.stopCh
+	now := c.now()
+	for _, k := range l.conns {
+		k.nextAttempt = now
+	}
+	for {
+		l.runTimers(now)
+		l.dispatch(now)
+		l.failTLSRefused()
+		for _, k := range l.conns {
+			k.flush(now)
+		}
+		if l.draining && (now >= l.drainDeadline || c.liveRel.Load() == 0) {
+			break
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(l.nextWake(now))
+		select {
+		case r := <-c.submitCh:
+			now = c.now()
+			l.accept(r)
+		case r := <-c.cancelCh:
+			now = c.now()
+			l.cancel(r, now)
+		case ev := <-c.evCh:
+			now = c.now()
+			l.event(ev, now)
+		case <-stop:
+			stop = nil
+			now = c.now()
+			l.drainBegin(now)
+		case <-timer.C:
+			now = c.now()
+		}
+	}
+	// The end: every connection closed, every request decided.
+	for _, k := range l.conns {
+		k.retire()
+	}
+	for l.pendingRel.Len() > 0 {
+		l.finish(l.pendingRel.Front().Value.(*req), oUnconfirmed, "")
+	}
+	for l.pending.Len() > 0 {
+		l.finish(l.pending.Front().Value.(*req), oCancelled, "shutdown")
+	}
+	close(c.quit)
+	for {
+		select {
+		case r := <-c.submitCh:
+			l.decide(r, result{outcome: oCancelled, reason: "shutdown"})
+			c.unlive(r)
+		default:
+			return
+		}
+	}
+}
