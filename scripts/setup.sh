@@ -10,13 +10,15 @@ cd "$(dirname "$0")/.."
 # python3-yaml, prometheus (promtool: the /metrics text and the alert rules)
 # and python3-seccomp (deploy check), etcd and Redis (bench smoke), curl and
 # bc, jq and openssl (docs check: the commands of docs/), golang-go (the Go
-# client and its conformance driver).
+# client and its conformance driver), python3-venv, -setuptools and -wheel
+# (docs check: installing the Python client with pip).
 # Fuzzing: clang and its libFuzzer runtime (tests/fuzz/run.sh); clang-format
 # (the format check).
 PKGS=(build-essential cmake pkg-config liburing-dev libwolfssl-dev libjemalloc-dev
       libcriterion-dev libxxhash-dev libsqlite3-dev curl bc postgresql python3-yaml
       etcd-server etcd-client redis-server clang libclang-rt-14-dev clang-format python3
-      prometheus python3-seccomp jq openssl golang-go)
+      prometheus python3-seccomp jq openssl golang-go python3-venv python3-setuptools
+      python3-wheel)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
