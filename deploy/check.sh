@@ -123,10 +123,17 @@ echo "deploy/check.sh: promtool: the rules load and every alert test passes"
   fail "monitoring/grafana-dashboard.json is not valid JSON"
 
 # The seccomp profile: a cluster, ticketctl and the preStop command, all
-# confined by it, must work from start to shutdown.
-timeout 100 bash "$here/seccomp/exercise.sh" --confined "$build" >"$work/seccomp.out" 2>&1 ||
-  fail "seccomp/exercise.sh --confined: $(tail -n 8 "$work/seccomp.out")"
-cat "$work/seccomp.out"
+# confined by it, must work from start to shutdown. The profile is for the
+# shipped (Release) binaries: a sanitizer build's runtime needs calls the
+# image never makes (LeakSanitizer stops the threads with ptrace at exit),
+# so there the exercise is left to the Release run.
+if grep -qE '^TK_SANITIZE:STRING=.+' "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "deploy/check.sh: seccomp exercise left to the Release build (this one has sanitizers)"
+else
+  timeout 100 bash "$here/seccomp/exercise.sh" --confined "$build" >"$work/seccomp.out" 2>&1 ||
+    fail "seccomp/exercise.sh --confined: $(tail -n 8 "$work/seccomp.out")"
+  cat "$work/seccomp.out"
+fi
 
 "$py" - "$here" "$help" "$kdir" <<'PY'
 import copy, glob, json, os, re, sys
