@@ -8,13 +8,14 @@ cd "$(dirname "$0")/.."
 # Tests: sqlite (client docs example), PostgreSQL (fencing example),
 # python3 (log check), python3-yaml, prometheus (promtool: the /metrics text
 # and the alert rules) and python3-seccomp (deploy check), etcd and Redis
-# (bench smoke), curl and bc.
+# (bench smoke), curl and bc; nftables and iproute2 (the chaos harness:
+# network namespaces and partitions).
 # Fuzzing: clang and its libFuzzer runtime (tests/fuzz/run.sh); clang-format
 # (the format check).
 PKGS=(build-essential cmake pkg-config liburing-dev libwolfssl-dev libjemalloc-dev
       libcriterion-dev libxxhash-dev libsqlite3-dev curl bc postgresql python3-yaml
       etcd-server etcd-client redis-server clang libclang-rt-14-dev clang-format python3
-      prometheus python3-seccomp)
+      prometheus python3-seccomp nftables iproute2)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
