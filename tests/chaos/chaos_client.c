@@ -29,8 +29,8 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +93,8 @@ static uint64_t rnd(uint64_t *s)
 
 static void sleep_us(uint64_t us)
 {
-    struct timespec ts = {.tv_sec = (time_t)(us / 1000000u), .tv_nsec = (long)(us % 1000000u) * 1000};
+    struct timespec ts = {.tv_sec = (time_t)(us / 1000000u),
+                          .tv_nsec = (long)(us % 1000000u) * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
@@ -128,14 +129,14 @@ static void *thread_main(void *arg)
              ",\"sent\":%" PRIu64 "}",
              c, th, id, t1, key, tk_client_outcome_str(o), r.token,
              o == TK_CLIENT_ACQUIRED ? r.lease_deadline_us : 0, r.sent_us);
-        bool enter = o == TK_CLIENT_ACQUIRED ||
-                     (opt.break_indeterminate && o == TK_CLIENT_INDETERMINATE);
+        bool enter =
+            o == TK_CLIENT_ACQUIRED || (opt.break_indeterminate && o == TK_CLIENT_INDETERMINATE);
         if (enter) {
             /* The deadline a careless user would assume for an INDETERMINATE
              * acquire: as if it had been granted. */
-            uint64_t deadline = o == TK_CLIENT_ACQUIRED ? r.lease_deadline_us
-                                                        : (r.sent_us ? r.sent_us : t0) +
-                                                              (uint64_t)opt.lease_ms * 1000u;
+            uint64_t deadline = o == TK_CLIENT_ACQUIRED
+                                    ? r.lease_deadline_us
+                                    : (r.sent_us ? r.sent_us : t0) + (uint64_t)opt.lease_ms * 1000u;
             uint64_t last = deadline - (uint64_t)opt.safety_ms * 1000u;
             uint64_t now = tk_client_now_us();
             if (now < last) {
