@@ -72,7 +72,7 @@ trap 'exit 130' INT TERM
 
 python3 "$here/chaos.py" --bin "$build" --skewlib "$build/tests/libtkskewclock.so" --out "$out" \
   --seed "$seed" --seconds "$seconds" --nodes "$nodes" --clients "$clients" --skew "$skew" \
-  --tag "$tag" $brk --replay "${replay[*]}" &
+  --tag "$tag" $brk --replay="${replay[*]}" &
 pypid=$!
 wait "$pypid"
 hrc=$?
