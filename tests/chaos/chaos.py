@@ -173,7 +173,7 @@ class Harness:
             sts = [self.status(i) for i in range(self.n)]
             if all(sts) and sum(1 for s in sts if s.get("role") == "leader" and s.get("serving")) == 1 \
                     and all(s.get("ready") for s in sts):
-                self.event("healthy")
+                self.event("healthy", node_ids=[s.get("node_id") for s in sts])
                 return True
             time.sleep(0.3)
         self.event("unhealthy", bound_s=bound_s)

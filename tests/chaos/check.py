@@ -38,6 +38,9 @@ the release call) and its lease_deadline_us. The checks:
                  before the cut healed: a minority never commits, so such a G
                  would be a grant nobody committed.
   complete       every acquire and release invoked got an outcome.
+  fresh_ids      every start of a member (the first, and each restart after
+                 kill -9, SIGTERM or exit 3) came up under a NodeId of its
+                 own, as the members reported it once the cluster was whole.
 
 A violation prints the shortest window of history that shows it: the lines
 of the operations involved and the faults between them, times relative to
@@ -304,8 +307,28 @@ class Checker:
                           "wrote and saw answered %d acquires (none may be ACQUIRED)"
                           % (nxt, n, tried))
 
+    def check_fresh_ids(self):
+        starts, ids, last_start, last_healthy = {}, {}, {}, {}
+        for f in self.faults:
+            if f["ev"] == "start":
+                starts[f["node"]] = starts.get(f["node"], 0) + 1
+                last_start[f["node"]] = f["t"]
+            elif f["ev"] == "healthy" and f.get("node_ids"):
+                for i, nid in enumerate(f["node_ids"]):
+                    ids.setdefault(i, []).append(nid)
+                    last_healthy[i] = f["t"]
+        for i, seq in sorted(ids.items()):
+            distinct = [x for k, x in enumerate(seq) if k == 0 or seq[k - 1] != x]
+            if len(set(distinct)) != len(distinct):
+                self.fail("fresh_ids", "member %d came back under a NodeId it had before: %s"
+                          % (i, distinct))
+            elif last_healthy.get(i, 0) > last_start.get(i, 0) and len(distinct) != starts.get(i, 0):
+                self.fail("fresh_ids", "member %d started %d times under %d NodeIds: %s"
+                          % (i, starts.get(i, 0), len(distinct), distinct))
+        self.notes.append("fresh_ids: %d starts of %d members" % (sum(starts.values()), len(starts)))
+
     CHECKS = ("complete", "indeterminate", "lease_kept", "one_holder", "tokens", "fifo",
-              "committed")
+              "committed", "fresh_ids")
 
     def run(self, quiet=False):
         for name in self.CHECKS:
@@ -421,6 +444,10 @@ def self_test():
             [dict(ev="bridge_down", t=T - 5000), dict(ev="bridge_up_start", t=T + 9000)],
             {"committed"}),
         "an acquire without outcome": (good[:1], [], {"complete"}),
+        "a restart under an old NodeId": (
+            good, [dict(ev="start", t=1, node=0), dict(ev="healthy", t=2, node_ids=["a"]),
+                   dict(ev="start", t=3, node=0), dict(ev="healthy", t=4, node_ids=["a"])],
+            {"fresh_ids"}),
     }
     bad = 0
     for name, case in cases.items():
