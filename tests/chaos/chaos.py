@@ -128,8 +128,11 @@ class Harness:
         nd = self.nodes[i]
         nd["starts"] += 1
         self.write_skew(i)
+        # In an ASan build the sanitizer's runtime must come first among the
+        # libraries unless told otherwise; skewclock works either way.
+        asan = (os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0").lstrip(":")
         env = dict(os.environ, TK_SKEW_FILE=os.path.join(self.dir, "skew%d" % i),
-                   LD_PRELOAD=self.a.skewlib)
+                   LD_PRELOAD=self.a.skewlib, ASAN_OPTIONS=asan)
         log = open(os.path.join(self.dir, "node%d.log" % i), "a")
         cmd = ["ip", "netns", "exec", nd["ns"], self.a.bin + "/ticketingd",
                "--bind", "0.0.0.0", "--port", "7400", "--advertise", nd["ip"] + ":7400",
