@@ -108,7 +108,13 @@ int tk_cluster_start(struct tk_cluster *c, int n, const char *const *extra)
         if (spawn_member(c, i, NULL) < 0)
             return -1;
     }
-    return tk_cluster_leader(c, 15000, 0) >= 0 ? 0 : -1;
+    if (tk_cluster_leader(c, 15000, 0) >= 0)
+        return 0;
+    /* No leader: the members' own words are the only clue, and the test's
+     * teardown removes their files. */
+    fprintf(stderr, "tk_cluster_start: no leader among %d members within 15 s\n", n);
+    tk_cluster_dump_logs(c, 30);
+    return -1;
 }
 
 int tk_cluster_restart(struct tk_cluster *c, int i)
