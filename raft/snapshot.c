@@ -431,6 +431,9 @@ void raft_recv_snapshot(struct tk_raft *r, const struct tk_raft_msg *m)
         in->buf = nb;
         in->cap = want;
     }
+    /* The chunk fits, and the buffer never outgrows the announced total
+     * (snapshot_bytes_max bounds that). */
+    TK_ASSERT(need <= in->cap && in->cap <= in->total);
     if (m->snapshot.len > 0)
         memcpy(in->buf + in->received, m->snapshot.data, m->snapshot.len);
     in->received += m->snapshot.len;
