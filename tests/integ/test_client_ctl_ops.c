@@ -33,24 +33,10 @@ static char dir[] = "/tmp/tk-ctlops-XXXXXX";
 static char env_addr[64];
 static char env_secret[400];
 
-static void wait_serving_at(uint32_t admin_port)
-{
-    static char body[1 << 16];
-    bool serving = false;
-    for (int k = 0; k < 500 && !serving; k++) {
-        serving = tk_http_get(admin_port, "/status", body, sizeof body) == 200 &&
-                  strstr(body, "\"serving\":true") != NULL;
-        if (!serving)
-            usleep(20000);
-    }
-    cr_assert(serving, "ticketingd does not serve: %s", body);
-}
-
 static void setup(void)
 {
     static const char *const args[] = {"--threads", "2", NULL};
-    cr_assert_eq(tk_node_start(&node, args), 0, "ticketingd did not start");
-    wait_serving_at(node.port + 2);
+    cr_assert_eq(tk_node_start(&node, args), 0, "ticketingd did not start (or never served)");
     cr_assert(mkdtemp(dir) != NULL);
     snprintf(env_addr, sizeof env_addr, "TICKETING_ADDR=127.0.0.1:%u", node.port);
     snprintf(env_secret, sizeof env_secret, "TICKETING_SECRET_FILE=%s", node.secret_file);
@@ -432,7 +418,7 @@ Test(ctl_admin, admin_port_other_than_client_port_plus_2)
     cr_assert_eq(tk_node_prepare(&n, port), 0);
     cr_assert_eq(tk_node_spawn(&n, args), 0);
     cr_assert_eq(tk_node_wait_port(&n, 10000), 0, "ticketingd did not start");
-    wait_serving_at(admin);
+    cr_assert_eq(tk_node_wait_serving(admin, 10000), 0, "ticketingd does not serve");
     snprintf(addr, sizeof addr, "--addr=127.0.0.1:%u", port);
     snprintf(flag, sizeof flag, "--admin-port=%u", admin);
     snprintf(env, sizeof env, "TICKETING_ADMIN_PORT=%u", admin);

@@ -159,12 +159,12 @@ int tk_node_wait_port(struct tk_node *n, int timeout_ms)
 /* A standalone node accepts connections a moment before its Raft thread
  * has bootstrapped and applied its first entry; until then it answers
  * `M -`. Tests of the protocol start once it serves. */
-static int wait_serving(struct tk_node *n, int timeout_ms)
+int tk_node_wait_serving(uint32_t admin_port, int timeout_ms)
 {
     static char body[16384];
     uint64_t end = tk_test_ms() + (uint64_t)timeout_ms;
     do {
-        if (tk_http_get(n->port + 2, "/status", body, sizeof(body)) == 200 &&
+        if (tk_http_get(admin_port, "/status", body, sizeof(body)) == 200 &&
             strstr(body, "\"serving\":true"))
             return 0;
         usleep(5000);
@@ -180,7 +180,7 @@ int tk_node_start(struct tk_node *n, const char *const *extra_args)
             return -1;
         if (tk_node_spawn(n, extra_args) < 0)
             return -1;
-        if (tk_node_wait_port(n, 10000) == 0 && wait_serving(n, 10000) == 0)
+        if (tk_node_wait_port(n, 10000) == 0 && tk_node_wait_serving(n->port + 2, 10000) == 0)
             return 0;
         tk_node_stop(n, SIGKILL, 2000);
         tk_node_cleanup(n); /* maybe a port race: try other ports */
@@ -437,7 +437,7 @@ int tk_node_start_tls(struct tk_node *n, const char *const *extra_args)
             return -1;
         if (tk_node_spawn(n, extra_args) < 0)
             return -1;
-        if (wait_accepts(n, 10000) == 0 && wait_serving(n, 10000) == 0)
+        if (wait_accepts(n, 10000) == 0 && tk_node_wait_serving(n->port + 2, 10000) == 0)
             return 0;
         bool died = !tk_node_alive(n);
         tk_node_stop(n, SIGKILL, 2000);

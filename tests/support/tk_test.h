@@ -43,6 +43,11 @@ int tk_node_stop(struct tk_node *n, int sig, int timeout_ms);
 bool tk_node_alive(struct tk_node *n);
 /* Removes the temp dir. */
 void tk_node_cleanup(struct tk_node *n);
+/* Polls GET /status on 127.0.0.1:admin_port until it says "serving":true
+ * (tk_node_start() already waits so on port + 2). Returns 0, or -1 at the
+ * timeout. */
+int tk_node_wait_serving(uint32_t admin_port, int timeout_ms);
+
 /* Picks a base port p such that p, p+1 and p+2 are free on 127.0.0.1. */
 uint32_t tk_free_port3(void);
 
