@@ -39,6 +39,8 @@ static void *raftd_put(void *ctx, uint32_t dst, uint32_t kind, uint32_t len)
 {
     struct tk_raftd *r = ctx;
     TK_ASSERT(dst < r->s->nworkers);
+    if (kind != TK_MSG_APPLY)
+        r->urgent[dst] = true;
     return tk_outbox_put(&r->to_worker[dst], kind, len);
 }
 
@@ -138,10 +140,36 @@ static unsigned drain_workers(struct tk_raftd *r)
     return count;
 }
 
+/* Hands the round's messages to the workers. A leader wakes them at once:
+ * clients wait for every committed command. A follower's committed
+ * commands only keep its tables current for a later leadership, so they
+ * are published quietly and the workers woken once per FOLLOWER_APPLY_US
+ * (or when a quarter of a ring fills): on a busy cluster this saves a
+ * worker wakeup per Append. Anything else (a role, a snapshot request or
+ * install, a read result) wakes the worker at once, and it applies every
+ * earlier message first, so a new leader's tables are complete before it
+ * serves. */
 static void flush_all(struct tk_raftd *r)
 {
-    for (uint32_t i = 0; i < r->s->nworkers; i++)
-        tk_outbox_flush(&r->to_worker[i]);
+    bool lazy = r->peers && tk_raft_role(r->core) == TK_RAFT_FOLLOWER;
+    bool due = r->apply_wake_at && r->now >= r->apply_wake_at;
+    bool pending = false;
+    for (uint32_t i = 0; i < r->s->nworkers; i++) {
+        struct tk_outbox *o = &r->to_worker[i];
+        uint64_t quarter = (o->ring->mask + 1) / 4;
+        if (lazy && !due && !r->urgent[i] && !tk_outbox_busy(o) &&
+            tk_ring_used(o->ring) < quarter) {
+            tk_outbox_flush_quiet(o);
+            pending |= o->unsignaled;
+        } else {
+            tk_outbox_flush(o);
+        }
+        r->urgent[i] = false;
+    }
+    if (!pending)
+        r->apply_wake_at = 0;
+    else if (!r->apply_wake_at)
+        r->apply_wake_at = r->now + FOLLOWER_APPLY_US;
 }
 
 static void bootstrap_standalone(struct tk_raftd *r)
@@ -189,6 +217,8 @@ static void *raftd_main(void *arg)
             block = !rings_pending(r);
         }
         uint64_t deadline = TK_MIN(tk_driver_deadline(r->d), r->now + 50000u);
+        if (r->apply_wake_at)
+            deadline = TK_MIN(deadline, r->apply_wake_at);
         if (r->peers)
             deadline = TK_MIN(deadline, r->probe_at);
         uint64_t wait = block && deadline > r->now ? deadline - r->now : 0;

@@ -19,6 +19,9 @@
 #define PROBE_FRESH_US 1500000u
 #define STATUS_PERIOD_US 100000u
 #define DRAIN_TRANSFER_US 3000000u
+/* A follower's workers are woken for committed commands at most this often
+ * (they serve nobody; see flush_all() in raftd.c). */
+#define FOLLOWER_APPLY_US 2000u
 
 struct peer_info { /* what probes told us about a configured peer (bootstrap) */
     uint64_t id;
@@ -38,6 +41,8 @@ struct tk_raftd {
     pthread_t thread;
     struct tk_wake wake;
     struct tk_outbox to_worker[TK_WORKERS_MAX];
+    bool urgent[TK_WORKERS_MAX]; /* a message other than APPLY went to this worker */
+    uint64_t apply_wake_at;      /* follower: when quietly published applies wake the workers */
     struct tk_raft *core;
     struct tk_peers *peers; /* NULL when standalone */
 

@@ -226,7 +226,7 @@ static void outbox_move(struct tk_outbox *o)
     }
 }
 
-void tk_outbox_flush(struct tk_outbox *o)
+static void outbox_flush(struct tk_outbox *o, bool wake)
 {
     outbox_move(o);
     struct tk_ring *r = o->ring;
@@ -249,9 +249,23 @@ void tk_outbox_flush(struct tk_outbox *o)
     }
     if (o->touched) {
         tk_ring_publish(o->ring);
-        tk_wake_signal(o->wake);
         o->touched = false;
+        o->unsignaled = true;
     }
+    if (wake && o->unsignaled) {
+        tk_wake_signal(o->wake);
+        o->unsignaled = false;
+    }
+}
+
+void tk_outbox_flush(struct tk_outbox *o)
+{
+    outbox_flush(o, true);
+}
+
+void tk_outbox_flush_quiet(struct tk_outbox *o)
+{
+    outbox_flush(o, false);
 }
 
 void tk_outbox_free(struct tk_outbox *o)

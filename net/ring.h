@@ -111,7 +111,8 @@ struct tk_outbox {
     uint64_t queued;     /* messages in overflow */
     uint64_t limit;      /* bound on queued: the producer's own bounds imply it */
     uint64_t full_count; /* times the ring was found full */
-    bool touched;        /* something published since the last flush */
+    bool touched;        /* something reserved since the last flush */
+    bool unsignaled;     /* published by tk_outbox_flush_quiet(), consumer not woken yet */
 };
 /* limit: the most messages that can ever wait in overflow, derived by the
  * producer from its own bounds (requests in flight, keys, log entries);
@@ -132,6 +133,11 @@ void *tk_outbox_put(struct tk_outbox *o, uint32_t kind, uint32_t len);
  * If overflow remains and a producer wake is set, asks the consumer to
  * write it once space is freed. */
 void tk_outbox_flush(struct tk_outbox *o);
+/* Like tk_outbox_flush(), but publishes without waking the consumer: the
+ * messages wait until the consumer runs anyway or the next
+ * tk_outbox_flush() wakes it. For messages nobody waits on (a follower's
+ * committed commands), so that a busy stream costs no wakeup per batch. */
+void tk_outbox_flush_quiet(struct tk_outbox *o);
 static inline bool tk_outbox_busy(const struct tk_outbox *o)
 {
     return o->head != NULL;
