@@ -1289,7 +1289,7 @@ static void flush_link(struct tk_peers *p, struct tk_plink *l)
     }
 }
 
-unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
+static unsigned peers_run(struct tk_peers *p, uint64_t timeout_us, bool enter)
 {
     resolver_collect(p);
     uint64_t now = tk_now_us();
@@ -1320,8 +1320,10 @@ unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
     struct io_uring_cqe *cqe = NULL;
     if (timeout_us)
         io_uring_submit_and_wait_timeout(&p->ring, &cqe, 1, &ts, NULL);
-    else
+    else if (enter)
         io_uring_submit_and_get_events(&p->ring);
+    else
+        io_uring_submit(&p->ring); /* enters the kernel only if something is queued */
     unsigned head, n = 0;
     io_uring_for_each_cqe(&p->ring, head, cqe)
     {
@@ -1330,6 +1332,29 @@ unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
     }
     io_uring_cq_advance(&p->ring, n);
     return n;
+}
+
+unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us)
+{
+    return peers_run(p, timeout_us, true);
+}
+
+unsigned tk_peers_reap(struct tk_peers *p)
+{
+    return peers_run(p, 0, false);
+}
+
+void tk_peers_submit(struct tk_peers *p)
+{
+    for (uint32_t i = 0; i < LINKS_MAX; i++)
+        if (p->links[i])
+            flush_link(p, p->links[i]);
+    io_uring_submit(&p->ring);
+}
+
+int tk_peers_ring_fd(const struct tk_peers *p)
+{
+    return p->ring.ring_fd;
 }
 
 int tk_peers_create(struct tk_server *s,

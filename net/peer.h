@@ -69,6 +69,15 @@ bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_
  * and flushes queued frames. Returns the number of completions handled. A
  * finished lookup writes wake_fd, so a wait ends for it. */
 unsigned tk_peers_run(struct tk_peers *p, uint64_t timeout_us);
+/* Like tk_peers_run(p, 0), but enters the kernel only to submit: for a
+ * thread that just returned from the kernel, where the ring's task work
+ * (its completions) already ran. */
+unsigned tk_peers_reap(struct tk_peers *p);
+/* Queues every link's pending output and submits it, without reaping. */
+void tk_peers_submit(struct tk_peers *p);
+/* The peer ring's file: readable while completions wait (for a thread
+ * that sleeps on another ring). */
+int tk_peers_ring_fd(const struct tk_peers *p);
 
 /* SIGHUP: loads the peer TLS contexts again from the files the options
  * name, for links opened from now on; open links keep the contexts they

@@ -197,73 +197,83 @@ static void wait_standalone(struct tk_raftd *r, uint64_t timeout_us)
     }
 }
 
-static void *raftd_main(void *arg)
+static void raftd_start_loop(struct tk_raftd *r)
 {
-    struct tk_raftd *r = arg;
-    struct tk_server *s = r->s;
-    pthread_setname_np(pthread_self(), "tk-raft");
     raftd_clock(r);
     if (!r->peers)
         bootstrap_standalone(r);
     flush_all(r);
-    uint64_t drain_deadline = 0;
-    bool did_work = false;
-    for (;;) {
-        /* Sleep only when idle (see worker_main): while work flows the wake
-         * flag stays set and workers skip the eventfd write. */
-        bool block = !did_work;
-        if (block) {
-            tk_wake_clear(&r->wake);
-            block = !rings_pending(r);
-        }
-        uint64_t deadline = TK_MIN(tk_driver_deadline(r->d), r->now + 50000u);
-        if (r->apply_wake_at)
-            deadline = TK_MIN(deadline, r->apply_wake_at);
-        if (r->peers)
-            deadline = TK_MIN(deadline, r->probe_at);
-        uint64_t wait = block && deadline > r->now ? deadline - r->now : 0;
-        unsigned n = 0;
-        if (r->peers)
-            n = tk_peers_run(r->peers, wait);
-        else if (wait)
-            wait_standalone(r, wait);
-        if (r->peers && atomic_exchange_explicit(&s->peer_tls_reload, 0, memory_order_relaxed))
-            tk_peers_tls_reload(r->peers);
-        raftd_clock(r);
-        atomic_store_explicit(&s->progress_us[TK_WORKERS_MAX], r->now, memory_order_relaxed);
-        if (r->test_stall_us && tk_driver_serving(r->d)) {
-            /* Test hook (TK_TEST_STALL_RAFT_MS): a Raft thread stuck for
-             * that long, once, so /healthz can be seen failing. */
-            usleep((useconds_t)r->test_stall_us);
-            r->test_stall_us = 0;
-        }
-        tk_driver_tick(r->d);
-        n += drain_workers(r);
-        did_work = n != 0;
-        raftd_probe_peers(r);
-        raftd_members_step(r);
-        if (r->now - r->pub_at >= STATUS_PERIOD_US)
-            raftd_publish(r);
-        flush_all(r);
-        if (atomic_load_explicit(&s->draining, memory_order_relaxed)) {
-            /* SIGTERM: hand leadership to the most up-to-date voter first,
-             * so a rolling restart causes no election gap (SPEC 8). */
-            if (!drain_deadline) {
-                drain_deadline = r->now + DRAIN_TRANSFER_US;
-                if (r->peers && tk_raft_role(r->core) == TK_RAFT_LEADER) {
-                    int rc = tk_driver_transfer(r->d);
-                    tk_log(TK_LOG_INFO, "shutting down: transferring leadership (%s)",
-                           tk_strerror(rc));
-                    flush_all(r);
-                }
-            }
-            bool leading = r->peers && tk_raft_role(r->core) == TK_RAFT_LEADER;
-            if (!leading || r->now >= drain_deadline)
-                break;
-        }
-        if (atomic_load_explicit(&s->stopping, memory_order_relaxed))
-            break;
+}
+
+/* Before a wait: clears the wakeup and says how long the loop may sleep
+ * (0: work is waiting). Sleep only when idle (see worker_main): while work
+ * flows the wake flag stays set and workers skip the eventfd write. */
+static uint64_t raftd_wait_us(struct tk_raftd *r)
+{
+    bool block = !r->did_work;
+    if (block) {
+        tk_wake_clear(&r->wake);
+        block = !rings_pending(r);
     }
+    uint64_t deadline = TK_MIN(tk_driver_deadline(r->d), r->now + 50000u);
+    if (r->apply_wake_at)
+        deadline = TK_MIN(deadline, r->apply_wake_at);
+    if (r->peers)
+        deadline = TK_MIN(deadline, r->probe_at);
+    return block && deadline > r->now ? deadline - r->now : 0;
+}
+
+/* After the wait and the peer I/O: the clock and the test hook. */
+static void raftd_after_io(struct tk_raftd *r)
+{
+    struct tk_server *s = r->s;
+    if (r->peers && atomic_exchange_explicit(&s->peer_tls_reload, 0, memory_order_relaxed))
+        tk_peers_tls_reload(r->peers);
+    raftd_clock(r);
+    atomic_store_explicit(&s->progress_us[TK_WORKERS_MAX], r->now, memory_order_relaxed);
+    if (r->test_stall_us && tk_driver_serving(r->d)) {
+        /* Test hook (TK_TEST_STALL_RAFT_MS): a Raft thread stuck for
+         * that long, once, so /healthz can be seen failing. */
+        usleep((useconds_t)r->test_stall_us);
+        r->test_stall_us = 0;
+    }
+}
+
+/* The rest of a round: timers, the shards' proposals, membership, status,
+ * the messages to the workers. n: messages the I/O part handled. Returns
+ * false once the loop should end. */
+static bool raftd_round(struct tk_raftd *r, unsigned n)
+{
+    struct tk_server *s = r->s;
+    tk_driver_tick(r->d);
+    n += drain_workers(r);
+    r->did_work = n != 0;
+    raftd_probe_peers(r);
+    raftd_members_step(r);
+    if (r->now - r->pub_at >= STATUS_PERIOD_US)
+        raftd_publish(r);
+    flush_all(r);
+    if (atomic_load_explicit(&s->draining, memory_order_relaxed)) {
+        /* SIGTERM: hand leadership to the most up-to-date voter first,
+         * so a rolling restart causes no election gap (SPEC 8). */
+        if (!r->drain_deadline) {
+            r->drain_deadline = r->now + DRAIN_TRANSFER_US;
+            if (r->peers && tk_raft_role(r->core) == TK_RAFT_LEADER) {
+                int rc = tk_driver_transfer(r->d);
+                tk_log(TK_LOG_INFO, "shutting down: transferring leadership (%s)", tk_strerror(rc));
+                flush_all(r);
+            }
+        }
+        bool leading = r->peers && tk_raft_role(r->core) == TK_RAFT_LEADER;
+        if (!leading || r->now >= r->drain_deadline)
+            return false;
+    }
+    return !atomic_load_explicit(&s->stopping, memory_order_relaxed);
+}
+
+static void raftd_end_loop(struct tk_raftd *r)
+{
+    struct tk_server *s = r->s;
     /* Let the peers see our last messages (TimeoutNow) before we go. */
     if (r->peers)
         tk_peers_run(r->peers, 20000);
@@ -271,7 +281,77 @@ static void *raftd_main(void *arg)
     atomic_store(&s->stopping, 1);
     for (uint32_t i = 0; i < s->nworkers; i++)
         tk_wake_signal(tk_worker_wake(s, i));
+    atomic_store(&r->finished, 1);
+}
+
+static void *raftd_main(void *arg)
+{
+    struct tk_raftd *r = arg;
+    pthread_setname_np(pthread_self(), "tk-raft");
+    raftd_start_loop(r);
+    for (;;) {
+        uint64_t wait = raftd_wait_us(r);
+        unsigned n = 0;
+        if (r->peers)
+            n = tk_peers_run(r->peers, wait);
+        else if (wait)
+            wait_standalone(r, wait);
+        raftd_after_io(r);
+        if (!raftd_round(r, n))
+            break;
+    }
+    raftd_end_loop(r);
     return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Inline: worker 0 runs the loop above, one piece at a time. Its ring
+ * polls the peer ring's file, so peer I/O wakes it like a client's. */
+
+int tk_raftd_inline_fd(struct tk_server *s)
+{
+    struct tk_raftd *r = s->raft;
+    return r->peers ? tk_peers_ring_fd(r->peers) : -1;
+}
+
+unsigned tk_raftd_inline_io(struct tk_server *s)
+{
+    struct tk_raftd *r = s->raft;
+    if (atomic_load_explicit(&r->finished, memory_order_relaxed))
+        return 0;
+    if (!r->started) {
+        raftd_start_loop(r);
+        r->started = true;
+    }
+    raftd_clock(r);
+    unsigned n = r->peers ? tk_peers_reap(r->peers) : 0;
+    raftd_after_io(r);
+    flush_all(r); /* what committed reaches the worker in this round */
+    r->io_work = n;
+    return n;
+}
+
+bool tk_raftd_inline_round(struct tk_server *s, unsigned *work)
+{
+    struct tk_raftd *r = s->raft;
+    if (atomic_load_explicit(&r->finished, memory_order_relaxed))
+        return false;
+    bool go_on = raftd_round(r, r->io_work);
+    r->io_work = 0;
+    *work += r->did_work;
+    if (r->peers)
+        tk_peers_submit(r->peers); /* this round's Appends leave now */
+    if (!go_on)
+        raftd_end_loop(r);
+    return go_on;
+}
+
+uint64_t tk_raftd_inline_wait_us(struct tk_server *s)
+{
+    struct tk_raftd *r = s->raft;
+    if (atomic_load_explicit(&r->finished, memory_order_relaxed))
+        return UINT64_MAX;
+    return raftd_wait_us(r);
 }
 
 int tk_raftd_create(struct tk_server *s)
@@ -284,6 +364,7 @@ int tk_raftd_create(struct tk_server *s)
     pthread_mutex_init(&r->pub_mu, NULL);
     if (tk_wake_init(&r->wake) != TK_OK)
         return TK_EIO;
+    tk_wake_init_local(&r->local_wake);
     if (tk_wall_us() < TK_DRIVER_TOKEN_EPOCH_US) {
         tk_log(TK_LOG_ERROR, "wall clock reads before 2026-01-01; refusing to start a domain");
         return TK_EINVAL;
@@ -344,20 +425,31 @@ int tk_raftd_start(struct tk_server *s)
         /* Committed commands wait here only while the log holds them:
          * at most a full batch per entry in memory, plus role, read and
          * snapshot messages. */
-        tk_outbox_init(&r->to_worker[i], tk_worker_inbox_from_raft(s, i), tk_worker_wake(s, i),
+        tk_outbox_init(&r->to_worker[i], tk_worker_inbox_from_raft(s, i),
+                       s->raft_inline ? &r->local_wake : tk_worker_wake(s, i),
                        (s->opt.max_log_entries + 1) * TK_DRIVER_BATCH_CMDS_MAX +
                            TK_DRIVER_READ_GROUPS_MAX + 64);
         tk_outbox_set_producer(&r->to_worker[i], &r->wake);
     }
+    if (s->raft_inline)
+        return TK_OK; /* worker 0 runs the loop */
     if (pthread_create(&r->thread, NULL, raftd_main, r) != 0)
         return TK_EIO;
     return TK_OK;
 }
 
-void tk_raftd_join(struct tk_server *s)
+void tk_raftd_join(struct tk_server *s, bool workers_running)
 {
-    tk_wake_signal(&s->raft->wake);
-    pthread_join(s->raft->thread, NULL);
+    struct tk_raftd *r = s->raft;
+    if (!s->raft_inline) {
+        tk_wake_signal(&r->wake);
+        pthread_join(r->thread, NULL);
+        return;
+    }
+    /* Worker 0 ends the loop: at once, or after a leadership transfer. */
+    tk_wake_signal(tk_worker_wake(s, 0));
+    while (workers_running && !atomic_load(&r->finished) && !atomic_load(&s->failed))
+        usleep(1000);
 }
 
 void tk_raftd_destroy(struct tk_server *s)
@@ -375,8 +467,15 @@ void tk_raftd_destroy(struct tk_server *s)
     s->raft = NULL;
 }
 
+void tk_raftd_poke(struct tk_server *s)
+{
+    tk_wake_signal(s->raft_inline ? tk_worker_wake(s, 0) : &s->raft->wake);
+}
+
 struct tk_wake *tk_raftd_wake(struct tk_server *s)
 {
+    if (s->raft_inline)
+        return &s->raft->local_wake;
     return &s->raft->wake;
 }
 

@@ -40,6 +40,7 @@ struct tk_raftd {
     struct tk_server *s;
     pthread_t thread;
     struct tk_wake wake;
+    struct tk_wake local_wake; /* inline: what worker 0's proposals signal (nothing) */
     struct tk_outbox to_worker[TK_WORKERS_MAX];
     bool urgent[TK_WORKERS_MAX]; /* a message other than APPLY went to this worker */
     uint64_t apply_wake_at;      /* follower: when quietly published applies wake the workers */
@@ -69,6 +70,11 @@ struct tk_raftd {
     uint64_t members_at;                     /* leader: next membership step */
     uint64_t invalid_log_at;                 /* next time an invalid message may be logged */
     uint64_t test_stall_us;                  /* test hook: stall once this long (0: never) */
+    uint64_t drain_deadline;                 /* draining: when to stop waiting for a transfer */
+    bool did_work;                           /* the last round handled something */
+    bool started;                            /* inline: the loop's start ran */
+    unsigned io_work;                        /* inline: messages the I/O part handled */
+    _Atomic int finished;                    /* the loop ended (inline: tk_raftd_join waits) */
     _Atomic uint64_t m_joins, m_changes;
 
     /* The pure logic of this thread (raft/driver.h); core is its Raft core. */

@@ -283,7 +283,15 @@ int tk_wake_init(struct tk_wake *w)
 {
     w->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     atomic_init(&w->pending, 0);
+    w->local = false;
     return w->fd < 0 ? TK_EIO : TK_OK;
+}
+
+void tk_wake_init_local(struct tk_wake *w)
+{
+    w->fd = -1;
+    atomic_init(&w->pending, 0);
+    w->local = true;
 }
 
 void tk_wake_close(struct tk_wake *w)
@@ -298,6 +306,8 @@ void tk_wake_close(struct tk_wake *w)
  * sees the cleared flag and writes the eventfd. */
 void tk_wake_signal(struct tk_wake *w)
 {
+    if (w->local)
+        return;
     FULL_FENCE();
     if (atomic_exchange_explicit(&w->pending, 1, memory_order_seq_cst) == 0)
         wake_write(w->fd);

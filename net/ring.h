@@ -149,8 +149,11 @@ void tk_outbox_free(struct tk_outbox *o);
 struct tk_wake {
     int fd;
     _Atomic int pending;
+    bool local; /* the consumer is the producer's own thread: signal is a no-op */
 };
 int tk_wake_init(struct tk_wake *w);
+/* A wakeup for a consumer on the producer's thread: no eventfd. */
+void tk_wake_init_local(struct tk_wake *w);
 void tk_wake_close(struct tk_wake *w);
 /* Producer side: after publishing, wake the consumer (cheap if already woken). */
 void tk_wake_signal(struct tk_wake *w);

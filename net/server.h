@@ -100,6 +100,9 @@ struct tk_server {
     uint32_t nworkers;
     struct tk_worker *workers[TK_WORKERS_MAX];
     struct tk_raftd *raft;
+    /* --threads 1: worker 0 runs the Raft loop between its own rounds
+     * (tk_raftd_inline_*), so a commit costs no wakeup between threads. */
+    bool raft_inline;
 
     _Atomic int draining; /* SIGTERM: hand leadership over, then stop */
     _Atomic int stopping;
@@ -136,9 +139,27 @@ struct tk_wake *tk_worker_wake(struct tk_server *s, uint32_t idx);
 /* The Raft thread (net/raftd.c). */
 int tk_raftd_create(struct tk_server *s);
 int tk_raftd_start(struct tk_server *s);
-void tk_raftd_join(struct tk_server *s);
+/* Waits for the Raft loop to end (it hands leadership over first when
+ * draining). Inline, it ends on worker 0: workers_running says whether
+ * that worker runs at all. */
+void tk_raftd_join(struct tk_server *s, bool workers_running);
 void tk_raftd_destroy(struct tk_server *s);
+/* The wakeup a worker's proposals signal: the Raft thread's, or, inline, a
+ * local one that costs nothing (the same thread reads them). */
 struct tk_wake *tk_raftd_wake(struct tk_server *s);
+/* Wakes the thread that runs the Raft loop (any thread). */
+void tk_raftd_poke(struct tk_server *s);
+/* Inline Raft loop (s->raft_inline), called by worker 0 only.
+ * fd: a file that turns readable when peer I/O completed (-1: none); the
+ * worker polls it in its own ring. io: reaps peer I/O and publishes what
+ * committed, before the worker drains its rings. round: the rest of a
+ * Raft round after the worker's flush (proposals, timers, sends); false
+ * once the loop has ended. wait_us: before the worker sleeps, clears the
+ * loop's wakeup and says how long it may sleep (0: work is waiting). */
+int tk_raftd_inline_fd(struct tk_server *s);
+unsigned tk_raftd_inline_io(struct tk_server *s);
+bool tk_raftd_inline_round(struct tk_server *s, unsigned *work);
+uint64_t tk_raftd_inline_wait_us(struct tk_server *s);
 /* A member of a domain that knows its leader (/readyz). */
 bool tk_raftd_ready(struct tk_server *s);
 /* Appends the Raft metrics / status JSON fields (thread-safe readers). */

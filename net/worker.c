@@ -13,6 +13,7 @@
  * that this node still led after computing them (SPEC 3: linearizable).
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,14 @@ static void arm_accept(struct tk_worker *w)
     io_uring_prep_multishot_accept(sqe, w->listen_fd, NULL, NULL, SOCK_CLOEXEC);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_ACCEPT, 0, 0));
     w->accept.armed = true;
+}
+
+/* Inline Raft: the peer ring's completions wake this ring. */
+static void arm_raft_poll(struct tk_worker *w)
+{
+    struct io_uring_sqe *sqe = worker_sqe(w);
+    io_uring_prep_poll_multishot(sqe, w->raft_fd, POLLIN);
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_RAFT, 0, 0));
 }
 
 static void arm_wake(struct tk_worker *w)
@@ -177,6 +186,10 @@ static void handle_cqe(struct tk_worker *w, struct io_uring_cqe *cqe)
         case OP_WAKE:
             arm_wake(w);
             break;
+        case OP_RAFT:
+            if (!(cqe->flags & IORING_CQE_F_MORE))
+                arm_raft_poll(w);
+            break;
         default:
             TK_ASSERT(!"unknown completion");
     }
@@ -305,6 +318,10 @@ static void *worker_main(void *arg)
     w->now_us = tk_now_us();
     arm_accept(w);
     arm_wake(w);
+    bool raft_inline = s->raft_inline && w->idx == 0;
+    w->raft_fd = raft_inline ? tk_raftd_inline_fd(s) : -1;
+    if (w->raft_fd >= 0)
+        arm_raft_poll(w);
     bool stopping = false;
     bool did_work = false;
     for (;;) {
@@ -319,6 +336,8 @@ static void *worker_main(void *arg)
         }
         uint64_t deadline = next_deadline(w);
         uint64_t wait_us = block && deadline > w->now_us ? deadline - w->now_us : 0;
+        if (raft_inline && wait_us)
+            wait_us = TK_MIN(wait_us, tk_raftd_inline_wait_us(s));
         struct __kernel_timespec ts = {.tv_sec = (long long)(wait_us / 1000000u),
                                        .tv_nsec = (long long)(wait_us % 1000000u) * 1000};
         struct io_uring_cqe *cqe = NULL;
@@ -335,6 +354,8 @@ static void *worker_main(void *arg)
             n++;
         }
         io_uring_cq_advance(&w->ring, n);
+        if (raft_inline)
+            n += tk_raftd_inline_io(s); /* what committed is applied below */
         n += drain_raft(w);
         n += drain_workers(w);
         did_work = n != 0;
@@ -347,6 +368,11 @@ static void *worker_main(void *arg)
             begin_stop(w);
         }
         flush_round(w);
+        if (raft_inline) {
+            unsigned rn = 0;
+            raft_inline = tk_raftd_inline_round(s, &rn); /* proposals leave in this round */
+            did_work |= rn != 0;
+        }
         if (w->now_us - w->stats_at >= STATS_PERIOD_US)
             publish_stats(w);
         if (stopping && w->stat[TK_WSTAT_conns_open] == 0)

@@ -16,7 +16,7 @@
 #define TK_WORKER_BUF_COUNT 512 /* provided recv buffers; power of two */
 #define TK_WORKER_BUF_SIZE 8192
 
-enum tk_op { OP_ACCEPT = 1, OP_RECV, OP_SEND, OP_WAKE, OP_CANCEL, OP_POLL };
+enum tk_op { OP_ACCEPT = 1, OP_RECV, OP_SEND, OP_WAKE, OP_CANCEL, OP_POLL, OP_RAFT };
 enum conn_state { CONN_FREE, CONN_HANDSHAKE, CONN_READY, CONN_CLOSING };
 
 static inline uint64_t tk_ud(enum tk_op op, uint32_t slot, uint32_t gen)
@@ -63,6 +63,7 @@ struct tk_worker {
     struct io_uring ring;
     struct tk_wake wake;
     uint64_t wake_buf;
+    int raft_fd; /* inline Raft: the peer ring's file, polled here (-1: none) */
     int listen_fd;
     struct tk_accept accept;
 
