@@ -208,9 +208,9 @@ static void raftd_start_loop(struct tk_raftd *r)
 /* Before a wait: clears the wakeup and says how long the loop may sleep
  * (0: work is waiting). Sleep only when idle (see worker_main): while work
  * flows the wake flag stays set and workers skip the eventfd write. */
-static uint64_t raftd_wait_us(struct tk_raftd *r)
+static uint64_t raftd_wait_us(struct tk_raftd *r, bool after_work)
 {
-    bool block = !r->did_work;
+    bool block = !after_work;
     if (block) {
         tk_wake_clear(&r->wake);
         block = !rings_pending(r);
@@ -290,7 +290,7 @@ static void *raftd_main(void *arg)
     pthread_setname_np(pthread_self(), "tk-raft");
     raftd_start_loop(r);
     for (;;) {
-        uint64_t wait = raftd_wait_us(r);
+        uint64_t wait = raftd_wait_us(r, r->did_work);
         unsigned n = 0;
         if (r->peers)
             n = tk_peers_run(r->peers, wait);
@@ -351,7 +351,9 @@ uint64_t tk_raftd_inline_wait_us(struct tk_server *s)
     struct tk_raftd *r = s->raft;
     if (atomic_load_explicit(&r->finished, memory_order_relaxed))
         return UINT64_MAX;
-    return raftd_wait_us(r);
+    /* No second look after a busy round: the worker's rings are checked,
+     * and peer completions wake the worker's ring by themselves. */
+    return raftd_wait_us(r, false);
 }
 
 int tk_raftd_create(struct tk_server *s)

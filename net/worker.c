@@ -329,7 +329,7 @@ static void *worker_main(void *arg)
          * without blocking and leave the wake flag set, so producers skip
          * the eventfd write while work flows. (Spinning longer before
          * sleeping was measured worse on 2 shared cores: 3 nodes + load.) */
-        bool block = !did_work;
+        bool block = !did_work || raft_inline;
         if (block) {
             tk_wake_clear(&w->wake);
             block = !rings_pending(w);
