@@ -1386,7 +1386,15 @@ int tk_peers_create(struct tk_server *s,
             return TK_EINVAL;
         }
     }
-    int rc = io_uring_queue_init(512, &p->ring, 0);
+    /* COOP_TASKRUN: a completion does not interrupt the thread while it
+     * runs (no inter-processor interrupt, which is dear in a VM); it is
+     * handled at the thread's next entry into the kernel, and a thread
+     * asleep is still woken. TASKRUN_FLAG tells liburing when such work
+     * waits, so a submit enters the kernel for it. */
+    int rc =
+        io_uring_queue_init(512, &p->ring, IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG);
+    if (rc < 0)
+        rc = io_uring_queue_init(512, &p->ring, 0);
     if (rc < 0) {
         tk_log(TK_LOG_ERROR, "raft: io_uring setup failed: %s", strerror(-rc));
         tk_tls_ctx_unref(p->tls_server);
