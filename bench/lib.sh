@@ -161,17 +161,58 @@ tk_ready() {
         "http://127.0.0.1:$((TK_PORTS[$1] + 2))/readyz")" == 200 ]]
 }
 
+# True once node I's /status says it serves (leads).
+tk_serving() {
+    curl -s -m 1 "http://127.0.0.1:$((TK_PORTS[$1] + 2))/status" | grep -q '"serving":true'
+}
+
 # Index (0-2) of the node whose /status says it serves as leader.
 tk_leader_index() {
     local i
     for i in 0 1 2; do
         kill -0 "${TK_PIDS[$i]}" 2>/dev/null || continue
-        if curl -s -m 1 "http://127.0.0.1:$((TK_PORTS[i] + 2))/status" | grep -q '"serving":true'; then
+        if tk_serving "$i"; then
             echo "$i"
             return 0
         fi
     done
     return 1
+}
+
+# start_ticketing_standalone BIN_DIR THREADS: one node, no --peers (no
+# replication), client port P, peer P+1, admin P+2; sets the same TK_*
+# variables as start_ticketing.
+start_ticketing_standalone() {
+    TK_BIN=$1 TK_THREADS=$2
+    TK_DIR="$BENCH_TMP/ticketing1.$RANDOM"
+    mkdir -p "$TK_DIR"
+    TK_SECRET="$TK_DIR/client.secret"
+    echo "bench-client-secret-0123456789abcdef" >"$TK_SECRET"
+    chmod 600 "$TK_SECRET"
+    local base
+    base=$(pick_base 10) || { bench_log "no free ports"; return 1; }
+    TK_PORTS=("$base")
+    TK_ADDRS="127.0.0.1:$base"
+    "$TK_BIN/ticketingd" --bind 127.0.0.1 --port "$base" --peer-port $((base + 1)) \
+        --admin-port $((base + 2)) --client-secret-file "$TK_SECRET" --threads "$TK_THREADS" \
+        --log-level 1 >>"$TK_DIR/node0.log" 2>&1 &
+    TK_PIDS=($!)
+    BENCH_PIDS+=($!)
+    disown $!
+    if ! wait_until 10 tk_serving 0; then
+        bench_log "ticketing standalone: not serving within 10 s; log in $TK_DIR"
+        return 1
+    fi
+}
+
+# pin_cpu CPU PID...: every thread of each process to one CPU (threads
+# started later inherit it).
+pin_cpu() {
+    local cpu=$1 pid
+    shift
+    for pid in "$@"; do
+        taskset -a -p -c "$cpu" "$pid" >/dev/null
+    done
 }
 
 stop_ticketing() {

@@ -52,9 +52,9 @@ jq -r "$JQ_LIB"'
   ratio($v[0] | if . == null then null else rate($c) end; $v[3] | if . == null then null else rate($c) end) + " |"
   end ),
 "\nclients = connections x pipelining depth; uncontended: each client its own keys; hotkey-W: W clients on one key; ticketdrop: \(run("ticketing"; "ticketdrop") // run("redis"; "ticketdrop") | if . == null then "" else "\(.clients) clients over \(.keys) keys, Zipf \(.zipf), critical section \(.hold_ms) ms, wait \(.wait_ms) ms, lease \(.lease_ms) ms" end).\n",
-( [run("ticketing-t1"; "uncontended"), run("ticketing-t1"; "uncontended-half"), run("ticketing-t1"; "uncontended-pipelined"), run("ticketing-t1"; "hotkey-64")] as $t1 |
+( [run("ticketing-t1"; "uncontended"), run("ticketing-t1"; "uncontended-half"), run("ticketing-t1"; "uncontended-pipelined"), run("ticketing-t1"; "hotkey-16"), run("ticketing-t1"; "hotkey-64")] as $t1 |
   if ($t1 | map(select(. != null)) | length) == 0 then empty else
-  "Ticketing with `--threads 1` per node (the table above uses the default, one worker per core: 2):\n",
+  "Ticketing with `--threads 1` per node, the worker running the Raft loop too (the table above uses the default, one worker per core: 2, and a Raft thread):\n",
   "| case | Ticketing --threads 1 | p50 / p99 / p99.9 / max ms | Ticketing/etcd | Ticketing/Redis |",
   "|---|---:|---|---:|---:|",
   ( $t1[] | select(. != null) | .case as $c |
@@ -63,6 +63,22 @@ jq -r "$JQ_LIB"'
     else
       "| \($c) | \(rate($c) | num) | \(lat) | \(ratio(rate($c); $r | run("etcd-tmpfs"; $c) | if . == null then null else rate($c) end)) | \(ratio(rate($c); $r | run("redis"; $c) | if . == null then null else rate($c) end)) |"
     end ),
+  "" end ),
+( [["uncontended", "uncontended-pipelined", "hotkey-16"][] as $c |
+   [["ticketing-pin", "ticketing1-pin", "redis-pin", "etcd-pin"][] as $s | $r | run($s; $c)]] as $rows |
+  if ([$rows[][] | select(. != null)] | length) == 0 then empty else
+  "## Placement: servers on CPU 0, load generator on CPU 1\n",
+  "The tables above share both CPUs between servers and load generator. Here every system gets one CPU for all its processes (`taskset`), and ticketing-bench the other: the same budget for a 3-node Ticketing cluster (`--threads 1`), one Ticketing node without replication, one Redis and a 3-member etcd.\n",
+  "| case | Ticketing 3 nodes | Ticketing 1 node | Redis | etcd (tmpfs) | 3 nodes/Redis | 1 node/Redis | 3 nodes/etcd |",
+  "|---|---:|---:|---:|---:|---:|---:|---:|",
+  ( ["uncontended", "uncontended-pipelined", "hotkey-16"][] as $c |
+    [["ticketing-pin", "ticketing1-pin", "redis-pin", "etcd-pin"][] as $s | $r | run($s; $c) | if . == null then null else rate($c) end] as $v |
+    "| \($c) | " + ([$v[] | num] | join(" | ")) + " | \(ratio($v[0]; $v[2])) | \(ratio($v[1]; $v[2])) | \(ratio($v[0]; $v[3])) |" ),
+  "",
+  "| case | p50 / p99 / p99.9 / max ms: Ticketing 3 nodes | Ticketing 1 node | Redis | etcd (tmpfs) |",
+  "|---|---|---|---|---|",
+  ( ["uncontended", "uncontended-pipelined", "hotkey-16"][] as $c |
+    "| \($c) | " + ([["ticketing-pin", "ticketing1-pin", "redis-pin", "etcd-pin"][] as $s | $r | run($s; $c) | lat] | join(" | ")) + " |" ),
   "" end ),
 "## Acquire latency\n",
 "Milliseconds, p50 / p99 / p99.9 / max, from the intended send time (open loop) or the send time (closed loop) to the grant. *half load* = open loop at half of that system'"'"'s own uncontended peak.\n",

@@ -67,7 +67,8 @@ DROP_HOLD_MS=2
 DROP_LEASE_MS=10000
 DROP_WAIT_MS=1000
 BENCH_THREADS=1
-TK_THREADS=2        # ticketingd --threads (the default: one per core)
+BENCH_PREFIX=()     # placement runs: taskset for the load generator
+NODE_THREADS=2      # ticketingd --threads of the main table (the default here: one per core)
 FO_LEASE_MS=3000
 
 # ---- install -----------------------------------------------------------------------
@@ -122,7 +123,7 @@ START=$SECONDS
 run_bench() {
     local label=$1 case=$2; shift 2
     local rc=0
-    timeout -s KILL 900 "$BENCH" --label "$label" --case "$case" --threads "$BENCH_THREADS" \
+    timeout -s KILL 900 "${BENCH_PREFIX[@]}" "$BENCH" --label "$label" --case "$case" --threads "$BENCH_THREADS" \
         --json-out "$RUNS" "$@" 2>>"$BENCH_TMP/bench.err" || rc=$?
     tail -n 1 "$BENCH_TMP/bench.err" | cut -c1-220 >&2
     if ((rc != 0)); then
@@ -199,7 +200,7 @@ for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
     bench_log "round $ROUND of $ROUNDS"
 
     bench_log "starting a 3-node Ticketing cluster"
-    start_ticketing "$BUILD" "$TK_THREADS"
+    start_ticketing "$BUILD" "$NODE_THREADS"
     run_common ticketing ticketing "$TK_ADDRS" --secret-file "$TK_SECRET"
     bench_log "ticketing: hotkey, 64 waiters, FIFO judged (a ping behind each acquire)"
     run_bench ticketing hotkey-64-fifo --driver ticketing --addr "$TK_ADDRS" \
@@ -211,8 +212,9 @@ for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
     fi
     stop_ticketing
 
-    # The same cluster with one worker thread per node: fewer cross-thread
-    # handoffs per request, on a machine with 2 cores for 3 nodes.
+    # The same cluster with one worker thread per node, which also runs the
+    # Raft loop: no thread switch per commit, on a machine with 2 cores for
+    # 3 nodes.
     bench_log "starting a 3-node Ticketing cluster with --threads 1"
     start_ticketing "$BUILD" 1
     tk1=(--driver ticketing --addr "$TK_ADDRS" --secret-file "$TK_SECRET" --warmup "$WARM"
@@ -225,6 +227,7 @@ for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
     fi
     run_bench ticketing-t1 uncontended-pipelined "${tk1[@]}" --scenario uncontended \
         --conns "$CONNS" --depth "$PIPE_DEPTH"
+    run_bench ticketing-t1 hotkey-16 "${tk1[@]}" --scenario hotkey --conns 16
     run_bench ticketing-t1 hotkey-64 "${tk1[@]}" --scenario hotkey --conns 64
     stop_ticketing
 
@@ -258,10 +261,46 @@ if [[ $ETCD_DISK == 1 ]]; then
     stop_etcd
 fi
 
+# ---- placement: the servers on one CPU, the load generator on another ---------------------
+# Above, servers and load generator share both CPUs, so a 3-node cluster
+# competes with its own load and every hop between its threads can cross
+# CPUs. Here each system gets CPU 0 for all its processes and the load
+# generator gets CPU 1: the same budget for Ticketing (3 nodes, and 1
+# node without replication), Redis and etcd (3 members).
+place_runs() { # LABEL DRIVER ADDRS [driver args]
+    local label=$1 driver=$2 addrs=$3; shift 3
+    local c=(--driver "$driver" --addr "$addrs" "$@" --warmup "$WARM" --duration "$DUR")
+    bench_log "$label: uncontended, pipelined, hotkey-16 (servers on CPU 0, load on CPU 1)"
+    run_bench "$label" uncontended "${c[@]}" --scenario uncontended --conns "$CONNS"
+    run_bench "$label" uncontended-pipelined "${c[@]}" --scenario uncontended --conns "$CONNS" \
+        --depth "$PIPE_DEPTH"
+    run_bench "$label" hotkey-16 "${c[@]}" --scenario hotkey --conns 16
+}
+if (($(nproc) >= 2)); then
+    BENCH_PREFIX=(taskset -c 1)
+    start_ticketing "$BUILD" 1
+    pin_cpu 0 "${TK_PIDS[@]}"
+    place_runs ticketing-pin ticketing "$TK_ADDRS" --secret-file "$TK_SECRET"
+    stop_ticketing
+    start_ticketing_standalone "$BUILD" 1
+    pin_cpu 0 "${TK_PIDS[@]}"
+    place_runs ticketing1-pin ticketing "$TK_ADDRS" --secret-file "$TK_SECRET"
+    stop_ticketing
+    start_redis
+    pin_cpu 0 "$REDIS_PID"
+    place_runs redis-pin redis "$REDIS_ADDR"
+    stop_redis
+    start_etcd "$ETCD_SHM_DIR"
+    pin_cpu 0 "${ETCD_PIDS[@]}"
+    place_runs etcd-pin etcd "$ETCD_ADDRS"
+    stop_etcd
+    BENCH_PREFIX=()
+fi
+
 # ---- memory ----------------------------------------------------------------------------
 if [[ $MEMORY == 1 ]]; then
     bench_log "memory: fresh Ticketing cluster, $MEM_KEYS held keys, then $MEM_WAITERS waiters"
-    start_ticketing "$BUILD" "$TK_THREADS" --max-keys $((MEM_KEYS * 2 + 100000)) \
+    start_ticketing "$BUILD" "$NODE_THREADS" --max-keys $((MEM_KEYS * 2 + 100000)) \
         --max-waiters $((MEM_WAITERS * 2)) --max-connections 20000 --max-inflight 8192
     li=$(tk_leader_index)
     prefix="mem$RANDOM-"
@@ -307,7 +346,7 @@ jq -s --arg date "$DAY" --arg rounds "$ROUNDS" --arg commit "$COMMIT" --arg cmd 
              machine: {cpu: $cpu, cores: ($cores | tonumber), memory: $mem, kernel: $kernel,
                        loadavg_at_end: $load, shared: true},
              versions: {etcd: $etcd, redis: $redis},
-             setup: {ticketing: "3 nodes, ticketingd --threads '"$TK_THREADS"' (defaults otherwise)",
+             setup: {ticketing: "3 nodes, ticketingd --threads '"$NODE_THREADS"' (defaults otherwise)",
                      etcd: "3 members, defaults (heartbeat 100 ms, election 1000 ms), JSON gateway",
                      redis: "1 process, --save \"\" --appendonly no, no replica",
                      bench: "ticketing-bench --threads '"$BENCH_THREADS"', same machine"}},
