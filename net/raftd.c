@@ -151,7 +151,8 @@ static unsigned drain_workers(struct tk_raftd *r)
  * serves. */
 static void flush_all(struct tk_raftd *r)
 {
-    bool lazy = r->peers && tk_raft_role(r->core) == TK_RAFT_FOLLOWER;
+    /* Inline, the worker is this thread: it applies right after anyway. */
+    bool lazy = r->peers && !r->s->raft_inline && tk_raft_role(r->core) == TK_RAFT_FOLLOWER;
     bool due = r->apply_wake_at && r->now >= r->apply_wake_at;
     bool pending = false;
     for (uint32_t i = 0; i < r->s->nworkers; i++) {

@@ -82,6 +82,7 @@ struct raft_progress {
     uint64_t match;
     uint8_t state;
     bool paused;            /* PROBE: an Append is out; wait for a reply or heartbeat */
+    bool eager;             /* gets new entries at once (choose_eager() in replication.c) */
     uint64_t last_heard_us; /* last message from it in this term */
     uint64_t ack_seq;       /* highest heartbeat round it acknowledged */
     /* SNAPSHOT (snapshot.c): chunks [snap_offset, snap_next) are out. */
@@ -176,6 +177,8 @@ struct tk_raft {
     struct raft_progress prog[TK_RAFT_MEMBERS_MAX];
     uint64_t term_start_index;
     uint64_t heartbeat_due_us;
+    uint64_t lazy_due_us; /* next Append round for followers that are not eager */
+    bool lazy_pending;    /* such a follower has entries it was not sent yet */
     uint64_t transfer_target;
     uint64_t transfer_deadline_us;
     bool transfer_sent;

@@ -28,6 +28,7 @@ void tk_raft_options_default(struct tk_raft_options *o, uint64_t id, uint64_t se
     o->append_bytes_max = 1u << 20;
     o->inflight_bytes_max = 8u << 20;
     o->reads_max = 1u << 16;
+    o->lazy_replicate_us = 1000;
 }
 
 static bool options_valid(const struct tk_raft_options *o)

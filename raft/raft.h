@@ -327,11 +327,18 @@ struct tk_raft_options {
      * or Snapshot chunks (at least one chunk), which are pipelined too. */
     uint64_t inflight_bytes_max;
     uint32_t reads_max; /* pending read barriers */
+    /* A commit needs the leader and quorum - 1 followers. Those followers
+     * (the most caught-up voters) get each new entry at once; the others
+     * get what accumulated at most this often (and with every heartbeat
+     * and read round), so a commit costs fewer Appends and
+     * acknowledgements. 0: every follower gets every entry at once. */
+    uint64_t lazy_replicate_us;
 };
 
 /* Fills the defaults: heartbeat 100 ms, election 2400-2500 ms (SPEC 8),
  * 1M entries / 1 GiB in memory, snapshot past 64k entries or 64 MiB,
- * 1 MiB chunks and appends, 8 MiB in flight per follower. */
+ * 1 MiB chunks and appends, 8 MiB in flight per follower, followers
+ * beyond a quorum replicated every 1 ms. */
 void tk_raft_options_default(struct tk_raft_options *o, uint64_t id, uint64_t seed);
 
 /* ------------------------------------------------------------------ */

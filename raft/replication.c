@@ -157,17 +157,74 @@ void raft_send_heartbeat(struct tk_raft *r, int slot)
     r->metrics.appends_sent++;
 }
 
+/* The followers that get each new entry at once: quorum - 1 voters, the
+ * leader being the last vote a commit needs. They stay eager while they
+ * keep up; an eager one is replaced as soon as another voter has
+ * acknowledged strictly more (a dead or slow follower stops acknowledging,
+ * and the others catch up at least every lazy_replicate_us), so a commit
+ * waits at most that long for a follower that fails. Learners do not
+ * count towards a commit, so none is chosen, but they get every entry at
+ * once: a learner is promoted only once it holds the commit index, which a
+ * batched learner would keep missing under load. So does the target of a
+ * leadership transfer. */
+static void choose_eager(struct tk_raft *r)
+{
+    uint32_t want = raft_quorum(r) - 1;
+    uint32_t have = 0;
+    for (uint32_t i = 0; i < r->config.n; i++) {
+        struct raft_progress *p = &r->prog[i];
+        if (r->config.m[i].id == r->id || r->config.m[i].role != TK_RAFT_VOTER)
+            p->eager = false;
+        have += p->eager;
+    }
+    for (;;) {
+        /* The eager follower furthest behind, the other voter furthest ahead. */
+        int lo = -1, hi = -1;
+        for (uint32_t i = 0; i < r->config.n; i++) {
+            if (r->config.m[i].id == r->id || r->config.m[i].role != TK_RAFT_VOTER)
+                continue;
+            const struct raft_progress *p = &r->prog[i];
+            if (p->eager && (lo < 0 || p->match < r->prog[lo].match))
+                lo = (int)i;
+            if (!p->eager && (hi < 0 || p->match > r->prog[hi].match))
+                hi = (int)i;
+        }
+        if (have > want) {
+            r->prog[lo].eager = false;
+            have--;
+        } else if (have < want && hi >= 0) {
+            r->prog[hi].eager = true;
+            have++;
+        } else if (lo >= 0 && hi >= 0 && r->prog[hi].match > r->prog[lo].match) {
+            r->prog[lo].eager = false;
+            r->prog[hi].eager = true;
+        } else {
+            return;
+        }
+    }
+}
+
 void raft_replicate_all(struct tk_raft *r, bool heartbeat)
 {
     TK_ASSERT(r->role == TK_RAFT_LEADER);
     bool round = r->read_round;
     r->read_round = false;
     uint64_t last = raft_log_last(&r->log);
+    choose_eager(r);
+    /* The others' turn: after an idle spell at once, then at most every
+     * lazy_replicate_us. */
+    bool lazy_turn = heartbeat || round || r->now_us >= r->lazy_due_us;
+    r->lazy_pending = false;
     for (uint32_t i = 0; i < r->config.n; i++) {
         if (r->config.m[i].id == r->id)
             continue;
         struct raft_progress *p = &r->prog[i];
         int slot = (int)i; /* < TK_RAFT_MEMBERS_MAX (8) */
+        if (p->state == PROGRESS_REPLICATE && !p->eager && !lazy_turn &&
+            r->config.m[i].role == TK_RAFT_VOTER && r->config.m[i].id != r->transfer_target) {
+            r->lazy_pending |= p->next <= last;
+            continue;
+        }
         switch (p->state) {
             case PROGRESS_SNAPSHOT:
                 raft_send_snapshot(r, slot, heartbeat);
@@ -196,6 +253,8 @@ void raft_replicate_all(struct tk_raft *r, bool heartbeat)
                 TK_ASSERT(false);
         }
     }
+    if (lazy_turn)
+        r->lazy_due_us = r->now_us + r->opt.lazy_replicate_us;
 }
 
 /* ------------------------------------------------------------------ */

@@ -22,6 +22,8 @@ uint64_t tk_raft_deadline(const struct tk_raft *r)
     if (r->role != TK_RAFT_LEADER)
         return r->election_deadline_us;
     uint64_t d = r->heartbeat_due_us;
+    if (r->lazy_pending)
+        d = TK_MIN(d, r->lazy_due_us);
     /* Check-quorum: the moment the quorum-th most recent voter contact
      * (this node counting as now) goes stale. A dead follower's old
      * contact alone does not make the leader tick in a loop. */

@@ -624,6 +624,75 @@ static uint32_t appends_to(uint64_t to)
     return k;
 }
 
+/* Of five voters a commit needs the leader and two followers: those two get
+ * each entry at once, the other two what accumulated once per
+ * lazy_replicate_us. A quiet eager follower is replaced by one that has
+ * acknowledged more. */
+Test(raft_log, followers_beyond_a_quorum_get_entries_in_batches)
+{
+    become_leader_t3();
+    for (uint64_t f = 2; f <= 5; f++)
+        ack(f, 3);
+    uint8_t d[8] = {0};
+    cr_assert_eq(tk_raft_propose(R, d, 8, tk_raft_next_token(R), 1, NOW, &U), TK_OK);
+    cr_assert_eq(appends_to(2) + appends_to(3) + appends_to(4) + appends_to(5), 2,
+                 "two followers get the entry at once");
+    uint64_t eager[2], n_eager = 0, lazy[2], n_lazy = 0;
+    for (uint64_t f = 2; f <= 5; f++) {
+        if (appends_to(f))
+            eager[n_eager++] = f;
+        else
+            lazy[n_lazy++] = f;
+    }
+    cr_assert_eq(n_eager, 2);
+    cr_assert_eq(tk_raft_propose(R, d, 8, tk_raft_next_token(R), 1, NOW, &U), TK_OK);
+    cr_assert_eq(appends_to(lazy[0]) + appends_to(lazy[1]), 0);
+    ack(eager[0], 5);
+    ack(eager[1], 5);
+    cr_assert_eq(tk_raft_commit(R), 5, "the two eager followers and the leader commit");
+    cr_assert_leq(tk_raft_deadline(R), NOW + 1 * MS, "the others' turn is a deadline");
+    NOW += 1 * MS;
+    tk_raft_tick(R, NOW, &U);
+    for (int i = 0; i < 2; i++) {
+        const struct tk_raft_msg *a = sent(TK_RAFT_MSG_APPEND, lazy[i]);
+        cr_assert_not_null(a, "follower %llu gets its batch", (unsigned long long)lazy[i]);
+        cr_assert_eq(a->append.prev_index, 3);
+        cr_assert_eq(a->append.n, 2, "both entries in one Append");
+    }
+    /* eager[0] goes quiet; the lazy followers acknowledge more than it. */
+    NOW += 1 * MS;
+    cr_assert_eq(tk_raft_propose(R, d, 8, tk_raft_next_token(R), 1, NOW, &U), TK_OK);
+    ack(eager[1], 6);
+    NOW += 1 * MS;
+    tk_raft_tick(R, NOW, &U);
+    ack(lazy[0], 6);
+    cr_assert_eq(tk_raft_propose(R, d, 8, tk_raft_next_token(R), 1, NOW, &U), TK_OK);
+    cr_assert_eq(appends_to(lazy[0]), 1, "the follower that caught up is eager now");
+    cr_assert_eq(appends_to(eager[0]), 0, "the quiet one is not");
+    ack(lazy[0], 7);
+    ack(eager[1], 7);
+    cr_assert_eq(tk_raft_commit(R), 7);
+}
+
+/* With lazy_replicate_us 0 every follower gets every entry at once. */
+Test(raft_log, lazy_replication_can_be_turned_off)
+{
+    tk_raft_destroy(R);
+    struct tk_raft_options o;
+    tk_raft_options_default(&o, 1, 99);
+    o.heartbeat_us = 10 * MS;
+    o.election_min_us = 240 * MS;
+    o.election_max_us = 250 * MS;
+    o.lazy_replicate_us = 0;
+    R = tk_raft_create(&o);
+    become_leader_t3();
+    for (uint64_t f = 2; f <= 5; f++)
+        ack(f, 3);
+    uint8_t d[8] = {0};
+    cr_assert_eq(tk_raft_propose(R, d, 8, tk_raft_next_token(R), 1, NOW, &U), TK_OK);
+    cr_assert_eq(appends_to(2) + appends_to(3) + appends_to(4) + appends_to(5), 4);
+}
+
 Test(raft_log, inflight_bytes_bound_pauses_a_follower)
 {
     tk_raft_destroy(R);
