@@ -26,13 +26,20 @@ static uint32_t CFG_LEN;
 #define MS 1000ull
 #define SEC 1000000ull
 
-static void setup(void)
+/* The defaults at test timings: heartbeat 10 ms, election 240-250 ms. */
+static struct tk_raft_options test_options(void)
 {
     struct tk_raft_options o;
     tk_raft_options_default(&o, 1, 99);
     o.heartbeat_us = 10 * MS;
     o.election_min_us = 240 * MS;
     o.election_max_us = 250 * MS;
+    return o;
+}
+
+static void setup(void)
+{
+    struct tk_raft_options o = test_options();
     R = tk_raft_create(&o);
     cr_assert_not_null(R);
     NOW = SEC;
@@ -678,11 +685,7 @@ Test(raft_log, followers_beyond_a_quorum_get_entries_in_batches)
 Test(raft_log, lazy_replication_can_be_turned_off)
 {
     tk_raft_destroy(R);
-    struct tk_raft_options o;
-    tk_raft_options_default(&o, 1, 99);
-    o.heartbeat_us = 10 * MS;
-    o.election_min_us = 240 * MS;
-    o.election_max_us = 250 * MS;
+    struct tk_raft_options o = test_options();
     o.lazy_replicate_us = 0;
     R = tk_raft_create(&o);
     become_leader_t3();
@@ -696,11 +699,7 @@ Test(raft_log, lazy_replication_can_be_turned_off)
 Test(raft_log, inflight_bytes_bound_pauses_a_follower)
 {
     tk_raft_destroy(R);
-    struct tk_raft_options o;
-    tk_raft_options_default(&o, 1, 99);
-    o.heartbeat_us = 10 * MS;
-    o.election_min_us = 240 * MS;
-    o.election_max_us = 250 * MS;
+    struct tk_raft_options o = test_options();
     o.inflight_bytes_max = 4 * (100 + 64); /* four 100-byte entries */
     R = tk_raft_create(&o);
     become_leader_t3();
@@ -878,11 +877,7 @@ static void leader_snapshot(size_t len)
 Test(raft_log, snapshot_chunks_are_pipelined_and_resent_from_the_acknowledged_offset)
 {
     tk_raft_destroy(R);
-    struct tk_raft_options o;
-    tk_raft_options_default(&o, 1, 99);
-    o.heartbeat_us = 10 * MS;
-    o.election_min_us = 240 * MS;
-    o.election_max_us = 250 * MS;
+    struct tk_raft_options o = test_options();
     o.snapshot_chunk_bytes = 10;
     o.inflight_bytes_max = 40; /* a window of four chunks */
     o.snapshot_trailing = 0;
