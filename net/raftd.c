@@ -224,13 +224,15 @@ static uint64_t raftd_wait_us(struct tk_raftd *r, bool after_work)
     return block && deadline > r->now ? deadline - r->now : 0;
 }
 
-/* After the wait and the peer I/O: the clock and the test hook. */
-static void raftd_after_io(struct tk_raftd *r)
+/* After the wait and the peer I/O: the clock (unless the caller read it
+ * just before the I/O) and the test hook. */
+static void raftd_after_io(struct tk_raftd *r, bool clock)
 {
     struct tk_server *s = r->s;
     if (r->peers && atomic_exchange_explicit(&s->peer_tls_reload, 0, memory_order_relaxed))
         tk_peers_tls_reload(r->peers);
-    raftd_clock(r);
+    if (clock)
+        raftd_clock(r);
     atomic_store_explicit(&s->progress_us[TK_WORKERS_MAX], r->now, memory_order_relaxed);
     if (r->test_stall_us && tk_driver_serving(r->d)) {
         /* Test hook (TK_TEST_STALL_RAFT_MS): a Raft thread stuck for
@@ -297,7 +299,7 @@ static void *raftd_main(void *arg)
             n = tk_peers_run(r->peers, wait);
         else if (wait)
             wait_standalone(r, wait);
-        raftd_after_io(r);
+        raftd_after_io(r, true);
         if (!raftd_round(r, n))
             break;
     }
@@ -324,9 +326,9 @@ unsigned tk_raftd_inline_io(struct tk_server *s)
         raftd_start_loop(r);
         r->started = true;
     }
-    raftd_clock(r);
+    raftd_clock(r); /* before the frames: the worker just woke */
     unsigned n = r->peers ? tk_peers_reap(r->peers) : 0;
-    raftd_after_io(r);
+    raftd_after_io(r, false);
     flush_all(r); /* what committed reaches the worker in this round */
     r->io_work = n;
     return n;

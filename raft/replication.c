@@ -167,13 +167,18 @@ void raft_send_heartbeat(struct tk_raft *r, int slot)
  * once: a learner is promoted only once it holds the commit index, which a
  * batched learner would keep missing under load. So does the target of a
  * leadership transfer. */
+static bool voter_follower(const struct tk_raft *r, uint32_t i)
+{
+    return r->config.m[i].id != r->id && r->config.m[i].role == TK_RAFT_VOTER;
+}
+
 static void choose_eager(struct tk_raft *r)
 {
     uint32_t want = raft_quorum(r) - 1;
     uint32_t have = 0;
     for (uint32_t i = 0; i < r->config.n; i++) {
         struct raft_progress *p = &r->prog[i];
-        if (r->config.m[i].id == r->id || r->config.m[i].role != TK_RAFT_VOTER)
+        if (!voter_follower(r, i))
             p->eager = false;
         have += p->eager;
     }
@@ -181,7 +186,7 @@ static void choose_eager(struct tk_raft *r)
         /* The eager follower furthest behind, the other voter furthest ahead. */
         int lo = -1, hi = -1;
         for (uint32_t i = 0; i < r->config.n; i++) {
-            if (r->config.m[i].id == r->id || r->config.m[i].role != TK_RAFT_VOTER)
+            if (!voter_follower(r, i))
                 continue;
             const struct raft_progress *p = &r->prog[i];
             if (p->eager && (lo < 0 || p->match < r->prog[lo].match))
@@ -199,6 +204,9 @@ static void choose_eager(struct tk_raft *r)
             r->prog[lo].eager = false;
             r->prog[hi].eager = true;
         } else {
+            /* A commit can always be reached through the eager followers:
+             * as many as it needs, or every other voter there is. */
+            TK_ASSERT(have == want || (have < want && hi < 0));
             return;
         }
     }
@@ -220,8 +228,8 @@ void raft_replicate_all(struct tk_raft *r, bool heartbeat)
             continue;
         struct raft_progress *p = &r->prog[i];
         int slot = (int)i; /* < TK_RAFT_MEMBERS_MAX (8) */
-        if (p->state == PROGRESS_REPLICATE && !p->eager && !lazy_turn &&
-            r->config.m[i].role == TK_RAFT_VOTER && r->config.m[i].id != r->transfer_target) {
+        if (p->state == PROGRESS_REPLICATE && !p->eager && !lazy_turn && voter_follower(r, i) &&
+            r->config.m[i].id != r->transfer_target) {
             r->lazy_pending |= p->next <= last;
             continue;
         }

@@ -210,34 +210,52 @@ Test(ring, many_wraps_with_varied_and_largest_messages)
     tk_ring_free(&r);
 }
 
+/* A 4 KiB ring, its consumer's wakeup and an outbox onto them. */
+struct outbox_fixture {
+    struct tk_ring r;
+    struct tk_wake cw;
+    struct tk_outbox o;
+};
+
+static void outbox_fixture_init(struct outbox_fixture *f, uint64_t limit)
+{
+    cr_assert_eq(tk_ring_init(&f->r, 4096), TK_OK);
+    cr_assert_eq(tk_wake_init(&f->cw), TK_OK);
+    tk_outbox_init(&f->o, &f->r, &f->cw, limit);
+}
+
+static void outbox_fixture_free(struct outbox_fixture *f)
+{
+    tk_outbox_free(&f->o);
+    tk_wake_close(&f->cw);
+    tk_ring_free(&f->r);
+}
+
 /* A follower's committed commands are published without a wakeup; the
  * next plain flush wakes the consumer for them even if it adds nothing. */
 Test(ring, quiet_flush_publishes_without_waking_and_a_later_flush_wakes)
 {
-    struct tk_ring r;
-    struct tk_wake cw;
-    cr_assert_eq(tk_ring_init(&r, 4096), TK_OK);
-    cr_assert_eq(tk_wake_init(&cw), TK_OK);
-    struct tk_outbox o;
-    tk_outbox_init(&o, &r, &cw, 10);
-    fill(tk_outbox_put(&o, KIND, 24), 24, 1);
-    tk_outbox_flush_quiet(&o);
-    cr_assert_not(fd_signalled(cw.fd), "a quiet flush writes no eventfd");
-    const struct tk_ring_msg *m = tk_ring_peek(&r);
+    struct outbox_fixture f;
+    outbox_fixture_init(&f, 10);
+    struct tk_ring *r = &f.r;
+    struct tk_wake *cw = &f.cw;
+    struct tk_outbox *o = &f.o;
+    fill(tk_outbox_put(o, KIND, 24), 24, 1);
+    tk_outbox_flush_quiet(o);
+    cr_assert_not(fd_signalled(cw->fd), "a quiet flush writes no eventfd");
+    const struct tk_ring_msg *m = tk_ring_peek(r);
     cr_assert_not_null(m, "but the message is published");
     check(m, 24, 1);
-    tk_ring_pop(&r, m);
-    fill(tk_outbox_put(&o, KIND, 24), 24, 2);
-    tk_outbox_flush_quiet(&o);
-    cr_assert_not(fd_signalled(cw.fd));
-    tk_outbox_flush(&o); /* nothing new: still owes the consumer a wakeup */
-    cr_assert(fd_signalled(cw.fd), "the next flush wakes the consumer");
-    tk_wake_clear(&cw);
-    tk_outbox_flush(&o);
-    cr_assert_not(fd_signalled(cw.fd), "and only once");
-    tk_outbox_free(&o);
-    tk_wake_close(&cw);
-    tk_ring_free(&r);
+    tk_ring_pop(r, m);
+    fill(tk_outbox_put(o, KIND, 24), 24, 2);
+    tk_outbox_flush_quiet(o);
+    cr_assert_not(fd_signalled(cw->fd));
+    tk_outbox_flush(o); /* nothing new: still owes the consumer a wakeup */
+    cr_assert(fd_signalled(cw->fd), "the next flush wakes the consumer");
+    tk_wake_clear(cw);
+    tk_outbox_flush(o);
+    cr_assert_not(fd_signalled(cw->fd), "and only once");
+    outbox_fixture_free(&f);
 }
 
 Test(ring, outbox_overflow_keeps_order_and_drains_on_flush)
