@@ -1324,6 +1324,8 @@ static unsigned peers_run(struct tk_peers *p, uint64_t timeout_us, bool enter)
         io_uring_submit_and_get_events(&p->ring);
     else
         io_uring_submit(&p->ring); /* enters the kernel only if something is queued */
+    if (enter && p->cb.woke)
+        p->cb.woke(p->cb.ctx);
     unsigned head, n = 0;
     io_uring_for_each_cqe(&p->ring, head, cqe)
     {

@@ -28,6 +28,9 @@ struct tk_plink; /* one connection */
 struct tk_peer_cb {
     /* A decoded frame from a link whose handshake completed. */
     void (*frame)(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f);
+    /* tk_peers_run() woke from its wait: called before the frames it
+     * brought, so the receiver can read its clock first (optional). */
+    void (*woke)(void *ctx);
     void *ctx;
 };
 

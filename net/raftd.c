@@ -35,6 +35,14 @@ static void raftd_clock(struct tk_raftd *r)
     tk_driver_clock(r->d, r->now, tk_wall_us());
 }
 
+/* The peer ring woke the Raft thread: the clock first, then the frames. A
+ * pre-vote judged by a clock read before a 50 ms wait saw a dead leader as
+ * alive and went unanswered. */
+static void raftd_woke(void *ctx)
+{
+    raftd_clock(ctx);
+}
+
 static void *raftd_put(void *ctx, uint32_t dst, uint32_t kind, uint32_t len)
 {
     struct tk_raftd *r = ctx;
@@ -296,10 +304,10 @@ static void *raftd_main(void *arg)
         uint64_t wait = raftd_wait_us(r, r->did_work);
         unsigned n = 0;
         if (r->peers)
-            n = tk_peers_run(r->peers, wait);
+            n = tk_peers_run(r->peers, wait); /* reads the clock: raftd_woke */
         else if (wait)
             wait_standalone(r, wait);
-        raftd_after_io(r, true);
+        raftd_after_io(r, !r->peers);
         if (!raftd_round(r, n))
             break;
     }
@@ -406,7 +414,7 @@ int tk_raftd_create(struct tk_server *s)
     r->join_reply = 0xff;
     if (s->opt.peers[0]) {
         r->membership = RAFTD_BOOTSTRAPPING;
-        struct tk_peer_cb cb = {.frame = raftd_on_frame, .ctx = r};
+        struct tk_peer_cb cb = {.frame = raftd_on_frame, .woke = raftd_woke, .ctx = r};
         rc = tk_peers_create(s, &cb, r->wake.fd, &r->peers);
         if (rc != TK_OK)
             return rc;

@@ -163,6 +163,8 @@ void raftd_publish(struct tk_raftd *r)
         {"raft_log_bytes", "gauge", "Bytes of log entry data in memory", st.log_bytes},
         {"raft_elections_total", "counter", "Elections this node started", m->elections_started},
         {"raft_prevotes_total", "counter", "Pre-votes this node started", m->prevotes_started},
+        {"raft_prevotes_reasked_total", "counter",
+         "Pre-votes asked again of a voter that had lost its leader too", m->prevotes_reasked},
         {"raft_leader_changes_total", "counter", "Changes of the known leader", m->leader_changes},
         {"raft_step_downs_total", "counter", "Check-quorum step-downs", m->step_downs_quorum},
         {"raft_transfers_total", "counter", "Leadership transfers (TimeoutNow sent)", m->transfers},

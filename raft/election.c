@@ -12,6 +12,13 @@
  * update, no vote), unless the candidate was told to campaign by the
  * leader itself (TimeoutNow, thesis §3.10).
  *
+ * Asking again: a pre-vote that reached a voter whose clock still showed a
+ * live leader got no answer. When that voter later asks for a pre-vote
+ * itself, its leader is gone too; a pre-candidate that refuses it (the
+ * asker's log is behind) asks it once more rather than wait a whole
+ * election timeout, which on a log that followers hold unevenly (batched
+ * replication) would otherwise cost a second round after a leader's crash.
+ *
  * Election Safety: one vote per term (voted_for), votes counted only from
  * voters of the candidate's configuration, a majority of them to win.
  */
@@ -28,22 +35,39 @@ static uint32_t votes_count(const struct tk_raft *r)
     return n;
 }
 
+static void election_ask(struct tk_raft *r, uint64_t to, bool pre, bool transfer)
+{
+    struct tk_raft_msg *msg = raft_out_msg(r, pre ? TK_RAFT_MSG_PREVOTE : TK_RAFT_MSG_VOTE, to);
+    if (msg == NULL)
+        return;
+    /* A pre-vote asks about the term it would campaign in. */
+    msg->term = pre ? r->term + 1 : r->term;
+    msg->vote.last_index = raft_log_last(&r->log);
+    msg->vote.last_term = raft_log_last_term(&r->log);
+    msg->vote.transfer = transfer;
+}
+
 static void election_send(struct tk_raft *r, bool pre, bool transfer)
 {
     for (uint32_t i = 0; i < r->config.n; i++) {
         const struct tk_raft_member *m = &r->config.m[i];
-        if (m->role != TK_RAFT_VOTER || m->id == r->id)
-            continue;
-        struct tk_raft_msg *msg =
-            raft_out_msg(r, pre ? TK_RAFT_MSG_PREVOTE : TK_RAFT_MSG_VOTE, m->id);
-        if (msg == NULL)
-            continue;
-        /* A pre-vote asks about the term it would campaign in. */
-        msg->term = pre ? r->term + 1 : r->term;
-        msg->vote.last_index = raft_log_last(&r->log);
-        msg->vote.last_term = raft_log_last_term(&r->log);
-        msg->vote.transfer = transfer;
+        if (m->role == TK_RAFT_VOTER && m->id != r->id)
+            election_ask(r, m->id, pre, transfer);
     }
+}
+
+/* A pre-candidate refused the pre-vote of `from`, a voter that has lost its
+ * leader too: asks it again, once per round (two pre-candidates that refuse
+ * each other for different reasons must not bounce forever). */
+static void election_reask(struct tk_raft *r, uint64_t from)
+{
+    int slot = raft_member_slot(r, from);
+    if (r->role != TK_RAFT_PRECANDIDATE || slot < 0 || r->config.m[slot].role != TK_RAFT_VOTER ||
+        r->votes[slot] || r->reasked[slot])
+        return;
+    r->reasked[slot] = true;
+    r->metrics.prevotes_reasked++;
+    election_ask(r, from, true, false);
 }
 
 /* A won pre-vote leads straight into the real election; a won election
@@ -64,6 +88,7 @@ void raft_election_start(struct tk_raft *r, bool pre, bool transfer)
     TK_ASSERT(tk_raft_config_is_voter(&r->config, r->id));
     TK_ASSERT(r->role != TK_RAFT_LEADER);
     memset(r->votes, 0, sizeof(r->votes));
+    memset(r->reasked, 0, sizeof(r->reasked));
     if (pre) {
         r->role = TK_RAFT_PRECANDIDATE;
         r->metrics.prevotes_started++;
@@ -115,11 +140,13 @@ void raft_recv_vote(struct tk_raft *r, const struct tk_raft_msg *m)
         }
     }
     struct tk_raft_msg *reply = raft_out_msg(r, TK_RAFT_MSG_VOTE_REPLY, m->from);
-    if (reply == NULL)
-        return;
-    reply->term = reply_term;
-    reply->vote_reply.pre = pre;
-    reply->vote_reply.granted = granted;
+    if (reply != NULL) {
+        reply->term = reply_term;
+        reply->vote_reply.pre = pre;
+        reply->vote_reply.granted = granted;
+    }
+    if (pre && !granted)
+        election_reask(r, m->from);
 }
 
 void raft_recv_vote_reply(struct tk_raft *r, const struct tk_raft_msg *m)

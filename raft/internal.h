@@ -189,6 +189,7 @@ struct tk_raft {
 
     /* Candidates */
     bool votes[TK_RAFT_MEMBERS_MAX];
+    bool reasked[TK_RAFT_MEMBERS_MAX]; /* pre-vote asked again, this round */
     bool campaign_transfer;
 
     /* Followers */

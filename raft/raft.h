@@ -462,6 +462,7 @@ struct tk_raft_update {
 struct tk_raft_metrics {
     uint64_t elections_started; /* real elections (term raised) */
     uint64_t prevotes_started;
+    uint64_t prevotes_reasked;  /* a pre-vote asked again of a voter that lost its leader */
     uint64_t leader_changes;    /* leader id changed to a known leader */
     uint64_t terms_led;         /* times this node became leader */
     uint64_t step_downs_quorum; /* check-quorum step-downs */

@@ -443,17 +443,24 @@ Test(raft_log, leader_stickiness_and_prevote)
     cr_assert_eq(sent(TK_RAFT_MSG_VOTE_REPLY, 3)->vote_reply.granted, 1);
 }
 
-Test(raft_log, prevote_grants_without_changing_state)
+/* A pre-vote from node 3 for term 3, its log ending at (last_index, 2). */
+static struct tk_raft_msg prevote_from_3(uint64_t last_index)
 {
-    log_1222();
-    NOW += SEC;
     struct tk_raft_msg v;
     memset(&v, 0, sizeof(v));
     v.type = TK_RAFT_MSG_PREVOTE;
     v.from = 3;
     v.term = 3;
-    v.vote.last_index = 4;
+    v.vote.last_index = last_index;
     v.vote.last_term = 2;
+    return v;
+}
+
+Test(raft_log, prevote_grants_without_changing_state)
+{
+    log_1222();
+    NOW += SEC;
+    struct tk_raft_msg v = prevote_from_3(4);
     tk_raft_receive(R, &v, NOW, &U);
     const struct tk_raft_msg *r = sent(TK_RAFT_MSG_VOTE_REPLY, 3);
     cr_assert_eq(r->vote_reply.pre, 1);
@@ -466,6 +473,65 @@ Test(raft_log, prevote_grants_without_changing_state)
     v.vote.last_index = 3;
     tk_raft_receive(R, &v, NOW, &U);
     cr_assert_eq(sent(TK_RAFT_MSG_VOTE_REPLY, 3)->vote_reply.granted, 0, "log behind");
+}
+
+/* After a leader's crash, node 1 timed out first; its pre-vote reached a
+ * voter whose clock still saw the leader and got no answer. That voter
+ * times out in turn and asks node 1, whose log is longer: node 1 refuses
+ * but asks again (once), instead of losing a whole election timeout. */
+Test(raft_log, precandidate_asks_again_a_voter_that_lost_its_leader)
+{
+    log_1222();
+    NOW += 3 * SEC;
+    tk_raft_tick(R, NOW, &U);
+    cr_assert_eq(tk_raft_role(R), TK_RAFT_PRECANDIDATE);
+    struct tk_raft_msg v;
+    memset(&v, 0, sizeof(v));
+    v.type = TK_RAFT_MSG_PREVOTE;
+    v.from = 3;
+    v.term = 3;
+    v.vote.last_index = 3; /* behind node 1's 4 */
+    v.vote.last_term = 2;
+    tk_raft_receive(R, &v, NOW, &U);
+    cr_assert_eq(sent(TK_RAFT_MSG_VOTE_REPLY, 3)->vote_reply.granted, 0);
+    const struct tk_raft_msg *again = sent(TK_RAFT_MSG_PREVOTE, 3);
+    cr_assert_not_null(again, "node 3 was not asked again");
+    cr_assert_eq(again->term, 3);
+    cr_assert_eq(again->vote.last_index, 4);
+    cr_assert_eq(tk_raft_metrics(R)->prevotes_reasked, 1);
+    /* Once per round: no ping-pong with a pre-candidate refusing back. */
+    tk_raft_receive(R, &v, NOW, &U);
+    cr_assert_null(sent(TK_RAFT_MSG_PREVOTE, 3));
+    /* Its grant, with node 4's, makes a majority of 5: a real election. */
+    memset(&v, 0, sizeof(v));
+    v.type = TK_RAFT_MSG_VOTE_REPLY;
+    v.term = 3;
+    v.vote_reply.pre = 1;
+    v.vote_reply.granted = 1;
+    for (v.from = 3; v.from <= 4; v.from++)
+        tk_raft_receive(R, &v, NOW, &U);
+    cr_assert_eq(tk_raft_role(R), TK_RAFT_CANDIDATE);
+    cr_assert_eq(tk_raft_term(R), 3);
+}
+
+/* A follower that refuses a pre-vote (log behind) asks nothing back: it
+ * has no campaign of its own. A granted pre-vote is not asked back either. */
+Test(raft_log, follower_refusing_a_prevote_asks_nothing)
+{
+    log_1222();
+    NOW += SEC;
+    struct tk_raft_msg v = prevote_from_3(3);
+    tk_raft_receive(R, &v, NOW, &U);
+    cr_assert_eq(sent(TK_RAFT_MSG_VOTE_REPLY, 3)->vote_reply.granted, 0);
+    cr_assert_null(sent(TK_RAFT_MSG_PREVOTE, 0));
+    NOW += 3 * SEC;
+    tk_raft_tick(R, NOW, &U);
+    cr_assert_eq(tk_raft_role(R), TK_RAFT_PRECANDIDATE);
+    v.vote.last_index = 4;
+    tk_raft_receive(R, &v, NOW, &U);
+    cr_assert_eq(sent(TK_RAFT_MSG_VOTE_REPLY, 3)->vote_reply.granted, 1);
+    cr_assert_null(sent(TK_RAFT_MSG_PREVOTE, 0));
+    cr_assert_eq(tk_raft_metrics(R)->prevotes_reasked, 0);
 }
 
 static int chunk(uint64_t offset, const uint8_t *data, uint32_t len, uint64_t total)
