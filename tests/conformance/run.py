@@ -78,7 +78,7 @@ def port_free(p):
 
 def free_port3(taken):
     for _ in range(2000):
-        p = random.randrange(20000, 60000)
+        p = random.randrange(10000, 32700)  # below the ephemeral range
         if any(q in taken for q in (p, p + 1, p + 2)):
             continue
         if all(port_free(q) for q in (p, p + 1, p + 2)):
