@@ -491,8 +491,14 @@ static uint64_t append_store(struct tk_raft *r,
 void raft_recv_append(struct tk_raft *r, const struct tk_raft_msg *m)
 {
     if (m->term < r->term) {
-        /* A stale leader: tell it the term so it steps down. */
-        reply_append(r, m, false, m->append.prev_index, 0);
+        /* A stale leader: tell it the term so it steps down. Nothing else:
+         * the index and round it sent belong to its old leadership, and if
+         * it leads this node's term by the time the reply arrives, the
+         * reply must read as nothing (index 0 is matched everywhere), not
+         * as a rejection or an acknowledgement of a round of this term. */
+        struct tk_raft_msg stale = *m;
+        stale.append.seq = 0;
+        reply_append(r, &stale, false, 0, 0);
         return;
     }
     TK_ASSERT(m->term == r->term);

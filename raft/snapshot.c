@@ -457,9 +457,12 @@ int raft_recv_snapshot_reply(struct tk_raft *r, const struct tk_raft_msg *m)
         return TK_OK;
     struct raft_progress *p = &r->prog[slot];
     if (m->snapshot_reply.done) {
-        /* It holds everything up to that index: its log matches there. */
+        /* It holds everything up to that index: its log matches there. A
+         * snapshot holds committed entries only, and this node's commit
+         * never falls: a "done" past it was never sent, and counting it
+         * as a match could commit entries no majority holds. */
         uint64_t index = m->snapshot_reply.index;
-        if (index > raft_log_last(&r->log))
+        if (index > r->commit)
             return TK_EPROTO;
         p->last_heard_us = r->now_us;
         if (p->state == PROGRESS_SNAPSHOT && index >= p->snap_index) {

@@ -484,7 +484,11 @@ static void net_deliver(struct sim_cluster *c)
     f.msg.to = n->id;
     struct tk_raft_event ev = {.type = TK_RAFT_EV_RECEIVE, .now_us = c->now, .receive = &f.msg};
     c->delivered++;
-    sim_event(c, p.to, &ev);
+    /* Peers here are correct, only late, lost or duplicated: the core
+     * must never take what they send for a protocol violation. */
+    int erv = sim_event(c, p.to, &ev);
+    SIM_CHECK(c, erv != TK_EPROTO, "a genuine message (type %u from %016llx) refused as invalid",
+              (unsigned)f.msg.type, (unsigned long long)f.msg.from);
     free(p.bytes);
 }
 

@@ -218,6 +218,22 @@ Test(raft_log, stale_leader_is_told_the_term)
     cr_assert_eq(reply()->append_reply.success, 0);
     cr_assert_eq(tk_raft_commit(R), 1, "a stale leader's commit is ignored");
     cr_assert_eq(tk_raft_leader(R), 3);
+    /* Only the term: node 2 may lead term 3 by the time this arrives, and
+     * an index or round of its old leadership would read as this term's
+     * (a round it never sent: refused as invalid). */
+    struct tk_raft_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = TK_RAFT_MSG_APPEND;
+    m.from = 2;
+    m.to = 1;
+    m.term = 2;
+    m.append.prev_index = 4;
+    m.append.prev_term = 2;
+    m.append.seq = 7;
+    tk_raft_receive(R, &m, NOW, &U);
+    cr_assert_eq(reply()->term, 3);
+    cr_assert_eq(reply()->append_reply.seq, 0);
+    cr_assert_eq(reply()->append_reply.index, 0);
 }
 
 Test(raft_log, invalid_appends_are_dropped)
@@ -358,6 +374,30 @@ Test(raft_log, figure8_old_term_entries_commit_only_with_the_current_term)
     cr_assert_eq(tk_raft_commit(R), 3, "the NOOP commits, and entry 2 with it");
     cr_assert(U.flags & TK_RAFT_UPDATE_COMMIT);
     cr_assert_eq(U.commit, 3);
+}
+
+/* A snapshot holds committed entries only: "done" for an index past the
+ * leader's commit was never sent and must not count as a match (two such
+ * replies would otherwise commit the NOOP that no follower holds). */
+Test(raft_log, snapshot_done_past_the_commit_is_refused)
+{
+    become_leader_t3();
+    struct tk_raft_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = TK_RAFT_MSG_SNAPSHOT_REPLY;
+    m.term = 3;
+    m.to = 1;
+    m.snapshot_reply.index = 3;
+    m.snapshot_reply.done = 1;
+    uint64_t invalid = tk_raft_metrics(R)->messages_invalid;
+    for (m.from = 2; m.from <= 3; m.from++)
+        cr_assert_eq(tk_raft_receive(R, &m, NOW, &U), TK_EPROTO);
+    cr_assert_eq(tk_raft_commit(R), 1, "committed on forged matches");
+    cr_assert_eq(tk_raft_metrics(R)->messages_invalid, invalid + 2);
+    /* Entries the followers really hold still commit the NOOP. */
+    ack(2, 3);
+    ack(3, 3);
+    cr_assert_eq(tk_raft_commit(R), 3);
 }
 
 Test(raft_log, leader_pipelines_and_falls_back_on_reject)
