@@ -111,6 +111,27 @@ class Node:
     def signal(self, sig):
         if self.alive():
             self.proc.send_signal(sig)
+            if sig == signal.SIGSTOP:
+                self.await_stopped()
+
+    def await_stopped(self, timeout=2.0):
+        """SIGSTOP reaches each thread asynchronously: a thread that was
+        running may still answer a request sent at once (seen in CI)."""
+        task = "/proc/%d/task" % self.proc.pid
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                states = []
+                for tid in os.listdir(task):
+                    with open("%s/%s/stat" % (task, tid)) as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:  # a thread ended while being read, or the process
+                if not self.alive():
+                    return
+                continue
+            if states and all(st in ("T", "t") for st in states):
+                return
+            time.sleep(0.002)
 
     def kill(self):
         if self.alive():

@@ -313,7 +313,7 @@ Test(cluster, sigstop_leader_steps_down_after_sigcont_and_grants_nothing)
     /* A waiter queued on the old leader, which will be paused. */
     tk_tc_send(w, "A 1 k waiter 60000 30000\n");
     usleep(100000);
-    kill(cl.node[l].pid, SIGSTOP);
+    cr_assert_eq(tk_pause_pid(cl.node[l].pid), 0);
     int nl = tk_cluster_leader(&cl, 10000, 1u << l);
     cr_assert_geq(nl, 0);
     /* The new leader releases the key and grants it to someone else. */
@@ -353,8 +353,8 @@ Test(cluster, two_of_three_paused_no_grant_until_one_returns)
     int l = tk_cluster_leader(&cl, 5000, 0);
     int f1 = (l + 1) % 3, f2 = (l + 2) % 3;
     struct tk_tc *c = cr_open_node(&cl, l);
-    kill(cl.node[f1].pid, SIGSTOP);
-    kill(cl.node[f2].pid, SIGSTOP);
+    cr_assert_eq(tk_pause_pid(cl.node[f1].pid), 0);
+    cr_assert_eq(tk_pause_pid(cl.node[f2].pid), 0);
     tk_tc_send(c, "A 1 k x 30000 5000\n");
     char line[128];
     int r = tk_tc_line(c, line, sizeof(line), 3000);
@@ -401,7 +401,7 @@ Test(cluster, lagging_follower_catches_up_by_snapshot)
     cr_assert_eq(tk_cluster_start(&cl, 3, small_log), 0);
     int l = tk_cluster_leader(&cl, 5000, 0);
     int lag = (l + 1) % 3;
-    kill(cl.node[lag].pid, SIGSTOP);
+    cr_assert_eq(tk_pause_pid(cl.node[lag].pid), 0);
     struct tk_tc *c = cr_open_node(&cl, l);
     /* Hold 20 keys, then churn far past the log bound. */
     for (int i = 0; i < 20; i++) {

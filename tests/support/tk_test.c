@@ -2,6 +2,7 @@
 #include "tests/support/tk_test.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -74,6 +75,45 @@ uint32_t tk_free_port3(void)
             return p;
     }
     return 0;
+}
+
+/* Every thread of pid is in state T (stopped) or t (traced). */
+static bool all_threads_stopped(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return false;
+    bool all = true;
+    int seen = 0;
+    struct dirent *e;
+    while (all && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char stat[600], buf[512];
+        snprintf(stat, sizeof(stat), "%s/%s/stat", path, e->d_name);
+        FILE *f = fopen(stat, "r");
+        size_t got = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[got] = 0;
+        const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+        all = p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+        seen++;
+    }
+    closedir(d);
+    return all && seen > 0;
+}
+
+int tk_pause_pid(pid_t pid)
+{
+    if (kill(pid, SIGSTOP) != 0)
+        return -1;
+    for (uint64_t end = tk_test_ms() + 2000; tk_test_ms() < end; usleep(1000))
+        if (all_threads_stopped(pid))
+            return 0;
+    return -1;
 }
 
 static int write_file(const char *path, const char *text)

@@ -41,6 +41,10 @@ int tk_node_wait_port(struct tk_node *n, int timeout_ms);
 int tk_node_stop(struct tk_node *n, int sig, int timeout_ms);
 /* True while the process runs. */
 bool tk_node_alive(struct tk_node *n);
+/* SIGSTOP, then waits (up to 2 s) until every thread of pid has stopped:
+ * the signal reaches each thread asynchronously, and a thread that was
+ * running can still answer a request sent right after kill(). */
+int tk_pause_pid(pid_t pid);
 /* Removes the temp dir. */
 void tk_node_cleanup(struct tk_node *n);
 /* Polls GET /status on 127.0.0.1:admin_port until it says "serving":true

@@ -99,6 +99,25 @@ class Node:
                 self.proc.kill()
                 self.proc.wait()
 
+    def pause(self):
+        """SIGSTOP, then wait (up to 2 s) until every thread has stopped: the
+        signal reaches each thread asynchronously, and one that was running
+        can still answer a request sent at once."""
+        self.proc.send_signal(signal.SIGSTOP)
+        task = "/proc/%d/task" % self.proc.pid
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            try:
+                states = []
+                for t in os.listdir(task):
+                    with open(os.path.join(task, t, "stat")) as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+                if states and all(st in ("T", "t") for st in states):
+                    return
+            except OSError:
+                pass  # a thread ended while being read
+            time.sleep(0.002)
+
     def log_tail(self):
         try:
             with open(self.log, errors="replace") as f:

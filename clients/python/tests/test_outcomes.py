@@ -208,7 +208,7 @@ class StoppedServer(unittest.TestCase):
                              response_grace_ms=300)
         try:
             c.ping()
-            self.node.proc.send_signal(signal.SIGSTOP)
+            self.node.pause()
             t0 = time.monotonic()
             res = c.acquire_result("s-late", 10000, 0)
             took = time.monotonic() - t0
@@ -230,7 +230,7 @@ class StoppedServer(unittest.TestCase):
         c = ticketing.Client(self.srv.addrs, secret_file=self.srv.secret, release_queue_max=1)
         try:
             g = c.acquire("s-rel", 30000, 0)
-            self.node.proc.send_signal(signal.SIGSTOP)
+            self.node.pause()
             out = []
             t0 = time.monotonic()
             t = threading.Thread(target=lambda: out.append(c.release_result(g.key, g.token)))
