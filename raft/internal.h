@@ -87,6 +87,7 @@ struct raft_progress {
     uint64_t ack_seq;       /* highest heartbeat round it acknowledged */
     /* SNAPSHOT (snapshot.c): chunks [snap_offset, snap_next) are out. */
     uint64_t snap_index;      /* the snapshot being sent: r->snap or r->snap_old */
+    uint64_t snap_sent_hi;    /* highest snapshot index sent to it in this term */
     uint64_t snap_offset;     /* bytes the follower acknowledged */
     uint64_t snap_next;       /* offset of the next chunk to send */
     uint64_t snap_sent_max;   /* highest offset sent in this transfer */

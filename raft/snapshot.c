@@ -222,7 +222,9 @@ static int64_t snap_send_chunk(struct tk_raft *r,
     m->snapshot.len = len;
     m->snapshot.data = len > 0 ? s->data + offset : NULL;
     m->snapshot.config = &s->config;
-    r->prog[slot].snap_sent_us = r->now_us;
+    struct raft_progress *p = &r->prog[slot];
+    p->snap_sent_us = r->now_us;
+    p->snap_sent_hi = TK_MAX(p->snap_sent_hi, s->index);
     r->metrics.snapshot_chunks_sent++;
     return len;
 }
@@ -458,11 +460,13 @@ int raft_recv_snapshot_reply(struct tk_raft *r, const struct tk_raft_msg *m)
     struct raft_progress *p = &r->prog[slot];
     if (m->snapshot_reply.done) {
         /* It holds everything up to that index: its log matches there. A
-         * snapshot holds committed entries only, and this node's commit
-         * never falls: a "done" past it was never sent, and counting it
-         * as a match could commit entries no majority holds. */
+         * follower answers "done" with the index of a chunk it was sent,
+         * and this leader sends only committed snapshots (its commit never
+         * falls). A "done" for a snapshot never sent to it is a claim
+         * nothing backs: counted as a match, it could commit entries no
+         * majority holds, or pass a learner as caught up. */
         uint64_t index = m->snapshot_reply.index;
-        if (index > r->commit)
+        if (index > r->commit || index > p->snap_sent_hi)
             return TK_EPROTO;
         p->last_heard_us = r->now_us;
         if (p->state == PROGRESS_SNAPSHOT && index >= p->snap_index) {

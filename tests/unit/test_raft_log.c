@@ -400,6 +400,30 @@ Test(raft_log, snapshot_done_past_the_commit_is_refused)
     cr_assert_eq(tk_raft_commit(R), 3);
 }
 
+Test(raft_log, snapshot_done_never_sent_is_refused)
+{
+    become_leader_t3();
+    ack(2, 3);
+    ack(3, 3);
+    cr_assert_eq(tk_raft_commit(R), 3);
+    /* Member 4 was never sent a snapshot: a "done" inside the commit is
+     * still a claim nothing backs, and must not raise its match. */
+    struct tk_raft_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = TK_RAFT_MSG_SNAPSHOT_REPLY;
+    m.term = 3;
+    m.to = 1;
+    m.from = 4;
+    m.snapshot_reply.index = 3;
+    m.snapshot_reply.done = 1;
+    cr_assert_eq(tk_raft_receive(R, &m, NOW, &U), TK_EPROTO);
+    struct tk_raft_status st;
+    tk_raft_status(R, &st);
+    for (uint32_t i = 0; i < st.n_members; i++)
+        if (st.members[i].id == 4)
+            cr_assert_eq(st.members[i].match, 0, "match raised by a forged done");
+}
+
 Test(raft_log, leader_pipelines_and_falls_back_on_reject)
 {
     become_leader_t3();
