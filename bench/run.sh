@@ -68,7 +68,7 @@ DROP_LEASE_MS=10000
 DROP_WAIT_MS=1000
 BENCH_THREADS=1
 BENCH_PREFIX=()     # placement runs: taskset for the load generator
-NODE_THREADS=2      # ticketingd --threads of the main table (the default here: one per core)
+NODE_THREADS=2      # ticketingd --threads of the main table (two workers and a Raft thread)
 FO_LEASE_MS=3000
 
 # ---- install -----------------------------------------------------------------------

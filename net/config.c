@@ -7,10 +7,12 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 /* OPT_LEVEL and OPT_FORMAT: a uint32_t set from a name of their list (any
  * case) to its index in the list; when max is not 0, the index itself is
@@ -49,7 +51,8 @@ static const struct opt opts[] = {
     {"tls-ca", OPT_STR, O(tls_ca), S(tls_ca), 0, 0, "TLS CA bundle for peers/clients (PEM)"},
     {"tls-client-auth", OPT_BOOL, O(tls_client_auth), 0, 0, 1,
      "require client certificates signed by --tls-ca on the client port"},
-    {"threads", OPT_U32, O(threads), 0, 1, 64, "worker threads (default: number of cores)"},
+    {"threads", OPT_U32, O(threads), 0, 1, 64,
+     "worker threads (default: 1 on 1-2 usable CPUs, else one per CPU)"},
     {"heartbeat-ms", OPT_U32, O(heartbeat_ms), 0, 1, 10000, "Raft heartbeat (default 100)"},
     {"election-ms", OPT_U32, O(election_ms), 0, 10, 60000,
      "Raft election timeout, drawn in [ms, ms+100] (default 2400)"},
@@ -308,4 +311,175 @@ int tk_addr_split(const char *addr, char *host, size_t hostlen, uint32_t *port)
     host[colon - addr] = 0;
     *port = (uint32_t)v;
     return TK_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Usable CPUs                                                         */
+
+bool tk_read_small(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return n > 0;
+}
+
+/* tk_read_small of path under root. */
+static bool read_small(const char *root, const char *path, char *buf, size_t cap)
+{
+    char full[TK_PATH_MAX * 4];
+    int w = snprintf(full, sizeof(full), "%s%s", root, path);
+    return w >= 0 && (size_t)w < sizeof(full) && tk_read_small(full, buf, cap);
+}
+
+/* Whether the comma list `list` holds `word`. */
+static bool list_has(const char *list, size_t len, const char *word)
+{
+    size_t w = strlen(word);
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        while (j < len && list[j] != ',')
+            j++;
+        if (j - i == w && memcmp(list + i, word, w) == 0)
+            return true;
+        i = j + 1;
+    }
+    return false;
+}
+
+/* The directory of this process's cgroup in the hierarchy holding the cpu
+ * controller: v2 (`v2` true) or v1. Found from /proc/self/cgroup (its path
+ * in the hierarchy) and /proc/self/mountinfo (where the hierarchy is
+ * mounted, and which part of it: a container sees its own subtree). */
+static bool cgroup_dir(const char *root, bool v2, char *dir, size_t dirlen, size_t *mnt_len)
+{
+    char cg[8192], mi[65536]; /* startup only: the main thread's stack */
+    if (!read_small(root, "/proc/self/cgroup", cg, sizeof(cg)) ||
+        !read_small(root, "/proc/self/mountinfo", mi, sizeof(mi)))
+        return false;
+    const char *path = NULL;
+    size_t path_len = 0;
+    for (char *line = cg; *line != 0;) {
+        char *end = strchrnul(line, '\n');
+        /* "id:controllers:path" */
+        char *c1 = memchr(line, ':', (size_t)(end - line));
+        char *c2 = c1 != NULL ? memchr(c1 + 1, ':', (size_t)(end - c1 - 1)) : NULL;
+        if (c2 != NULL) {
+            bool match = v2 ? (c1 - line == 1 && line[0] == '0' && c2 == c1 + 1)
+                            : list_has(c1 + 1, (size_t)(c2 - c1 - 1), "cpu");
+            if (match) {
+                path = c2 + 1;
+                path_len = (size_t)(end - path);
+                break;
+            }
+        }
+        line = *end != 0 ? end + 1 : end;
+    }
+    if (path == NULL)
+        return false;
+    for (char *line = mi; *line != 0;) {
+        char *end = strchrnul(line, '\n');
+        char save = *end;
+        *end = 0;
+        /* "id parent maj:min root mountpoint options [tags] - type source super" */
+        char mroot[TK_PATH_MAX], mpoint[TK_PATH_MAX], fstype[64], super[512] = "";
+        const char *dash = strstr(line, " - ");
+        bool ok = dash != NULL && sscanf(line, "%*s %*s %*s %1023s %1023s", mroot, mpoint) == 2 &&
+                  sscanf(dash + 3, "%63s %*s %511s", fstype, super) >= 1;
+        *end = save;
+        if (ok && (v2 ? strcmp(fstype, "cgroup2") == 0
+                      : strcmp(fstype, "cgroup") == 0 && list_has(super, strlen(super), "cpu"))) {
+            /* The part of the path below the mount's root ("/" mounts all). */
+            size_t rl = strcmp(mroot, "/") == 0 ? 0 : strlen(mroot);
+            const char *rest = path;
+            size_t rest_len = path_len;
+            if (rl > 0 && rest_len >= rl && memcmp(rest, mroot, rl) == 0 &&
+                (rest_len == rl || rest[rl] == '/')) {
+                rest += rl;
+                rest_len -= rl;
+            } else if (rl > 0) {
+                rest_len = 0; /* another subtree: use the mount's own root */
+            }
+            *mnt_len = strlen(mpoint);
+            int n = snprintf(dir, dirlen, "%s%.*s", mpoint, (int)rest_len, rest);
+            if (n < 0 || (size_t)n >= dirlen)
+                return false;
+            for (size_t l = strlen(dir); l > *mnt_len && dir[l - 1] == '/'; l--)
+                dir[l - 1] = 0;
+            return true;
+        }
+        line = save != 0 ? end + 1 : end;
+    }
+    return false;
+}
+
+/* The lowest CPU quota of dir and its ancestors down to the mount point
+ * (mnt_len characters), in CPUs; 0 when none is set. */
+static double cgroup_quota(const char *root, bool v2, char *dir, size_t mnt_len)
+{
+    double best = 0;
+    for (;;) {
+        char path[TK_PATH_MAX * 2 + 32], a[64], b[64];
+        double q = 0;
+        if (v2) {
+            snprintf(path, sizeof(path), "%s/cpu.max", dir);
+            long long quota, period;
+            if (read_small(root, path, a, sizeof(a)) &&
+                sscanf(a, "%lld %lld", &quota, &period) == 2 && quota > 0 && period > 0)
+                q = (double)quota / (double)period;
+        } else {
+            snprintf(path, sizeof(path), "%s/cpu.cfs_quota_us", dir);
+            bool got = read_small(root, path, a, sizeof(a));
+            snprintf(path, sizeof(path), "%s/cpu.cfs_period_us", dir);
+            long long quota = got ? atoll(a) : -1;
+            long long period = read_small(root, path, b, sizeof(b)) ? atoll(b) : 0;
+            if (quota > 0 && period > 0)
+                q = (double)quota / (double)period;
+        }
+        if (q > 0 && (best == 0 || q < best))
+            best = q;
+        char *slash = strrchr(dir, '/');
+        if (slash == NULL || strlen(dir) <= mnt_len)
+            break;
+        *slash = 0;
+        if (strlen(dir) < mnt_len)
+            break;
+    }
+    return best;
+}
+
+uint32_t tk_usable_cpus(const char *root, char *why, size_t whylen)
+{
+    cpu_set_t set;
+    long cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                             : sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 1)
+        cpus = 1;
+    snprintf(why, whylen, "%ld CPUs in the affinity mask", cpus);
+    for (int v2 = 1; v2 >= 0; v2--) {
+        char dir[TK_PATH_MAX * 2];
+        size_t mnt_len = 0;
+        if (!cgroup_dir(root, v2, dir, sizeof(dir), &mnt_len))
+            continue;
+        double q = cgroup_quota(root, v2, dir, mnt_len);
+        if (q <= 0)
+            continue;
+        long up = (long)q; /* rounded up: 1.5 CPUs of quota can run 2 threads */
+        if ((double)up < q - 1e-9 || up < 1)
+            up++;
+        if (up < cpus) {
+            cpus = up;
+            snprintf(why, whylen, "cgroup %s CPU quota of %.2f CPUs", v2 ? "v2" : "v1", q);
+        }
+        break;
+    }
+    return (uint32_t)cpus;
+}
+
+uint32_t tk_default_threads(uint32_t cpus)
+{
+    return cpus <= 2 ? 1 : TK_MIN(cpus, (uint32_t)64);
 }

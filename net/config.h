@@ -22,7 +22,7 @@ struct tk_options {
     char tls_key[TK_PATH_MAX];
     char tls_ca[TK_PATH_MAX];
     bool tls_client_auth; /* client port: require certificates signed by tls_ca */
-    uint32_t threads;     /* 0: number of cores */
+    uint32_t threads;     /* 0: tk_default_threads(tk_usable_cpus()) */
     uint32_t heartbeat_ms;
     uint32_t election_ms; /* lower bound; the timeout is drawn in [ms, ms + 100] */
     bool force_new_domain;
@@ -49,5 +49,22 @@ int tk_options_parse(struct tk_options *o, int argc, char **argv, char *err, siz
 
 /* Splits "host:port". Returns TK_OK or TK_EINVAL. */
 int tk_addr_split(const char *addr, char *host, size_t hostlen, uint32_t *port);
+
+/* Reads a small file (/proc, /sys) into buf, NUL-terminated; false if it
+ * is missing, unreadable or empty. */
+bool tk_read_small(const char *path, char *buf, size_t cap);
+
+/* The CPUs this process may use: its affinity mask (a container's cpuset),
+ * lowered to a cgroup CPU quota rounded up (cgroup v2 cpu.max or v1
+ * cpu.cfs_quota_us, on the process's cgroup and each ancestor). `root`
+ * prefixes the /proc and /sys paths read ("" in production, a directory
+ * tree in tests). `why` gets what set the figure, for the log. */
+uint32_t tk_usable_cpus(const char *root, char *why, size_t whylen);
+
+/* The default --threads on that many CPUs: one worker running the Raft
+ * loop inline on 1-2 CPUs (a separate Raft thread and a second worker
+ * would share two CPUs with every commit crossing threads), else one
+ * worker per CPU. */
+uint32_t tk_default_threads(uint32_t cpus);
 
 #endif

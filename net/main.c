@@ -2,7 +2,6 @@
  * starts the worker, Raft and admin threads, reloads the TLS certificate
  * on SIGHUP, and stops them cleanly on SIGTERM or SIGINT. */
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,12 +178,13 @@ static int setup(struct tk_server *s, int argc, char **argv)
         host[sizeof(host) - 1] = 0;
         snprintf(s->advertise, sizeof(s->advertise), "%s:%u", host, s->opt.port);
     }
-    /* Default: the CPUs this process may run on (affinity, e.g. a
-     * container's cpuset), not every CPU of the machine. */
-    cpu_set_t cpus;
-    long cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus)
-                                                                : sysconf(_SC_NPROCESSORS_ONLN);
-    s->nworkers = s->opt.threads ? s->opt.threads : (uint32_t)(cores > 0 ? cores : 1);
+    /* Default: from the CPUs this process may use (affinity, e.g. a
+     * container's cpuset, and a cgroup CPU quota), not every CPU of the
+     * machine. */
+    char cpus_why[96] = "--threads";
+    s->nworkers = s->opt.threads
+                      ? s->opt.threads
+                      : tk_default_threads(tk_usable_cpus("", cpus_why, sizeof(cpus_why)));
     if (s->nworkers > TK_WORKERS_MAX)
         s->nworkers = TK_WORKERS_MAX;
     /* One worker: it runs the Raft loop too, so a commit costs no wakeup
@@ -208,11 +208,11 @@ static int setup(struct tk_server *s, int argc, char **argv)
     }
     const struct tk_options *o = &s->opt;
     tk_log(TK_LOG_DEBUG,
-           "settings: %u workers, heartbeat %u ms, election %u ms, handshake %u ms, "
+           "settings: %u workers (%s), heartbeat %u ms, election %u ms, handshake %u ms, "
            "max connections %u, handshakes %u, in flight %u, waiters per key %u, waiters %llu, "
            "keys %llu, log entries %llu, frame bytes %u",
-           s->nworkers, o->heartbeat_ms, o->election_ms, o->handshake_ms, o->max_connections,
-           o->max_handshakes, o->max_inflight, o->max_waiters_per_key,
+           s->nworkers, cpus_why, o->heartbeat_ms, o->election_ms, o->handshake_ms,
+           o->max_connections, o->max_handshakes, o->max_inflight, o->max_waiters_per_key,
            (unsigned long long)o->max_waiters, (unsigned long long)o->max_keys,
            (unsigned long long)o->max_log_entries, o->max_frame_bytes);
     return 0;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/tk.h"
+#include "net/config.h"
 #include "net/metrics.h"
 
 const uint64_t tk_hist_latency_us[] = {100,     250,     500,     1000,    2500,   5000,
@@ -75,18 +76,6 @@ size_t tk_hist_print(char *buf,
     return off;
 }
 
-/* Reads a small /proc file into buf (NUL-terminated); false on failure. */
-static bool read_small(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return false;
-    size_t n = fread(buf, 1, cap - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return n > 0;
-}
-
 /* Seconds since the epoch at which the system booted (/proc/stat btime). */
 static unsigned long long boot_time(void)
 {
@@ -123,7 +112,8 @@ size_t tk_process_metrics(char *buf, size_t cap)
     char stat[1024];
     /* /proc/self/stat: the fields after the command name, which is in
      * parentheses and may itself hold spaces or parentheses. */
-    const char *p = read_small("/proc/self/stat", stat, sizeof(stat)) ? strrchr(stat, ')') : NULL;
+    const char *p =
+        tk_read_small("/proc/self/stat", stat, sizeof(stat)) ? strrchr(stat, ')') : NULL;
     unsigned long long utime = 0, stime = 0, start = 0, vsize = 0;
     long long rss = 0;
     if (p == NULL || sscanf(p + 1,
