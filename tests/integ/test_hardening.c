@@ -368,9 +368,12 @@ Test(hardening, healthz_answers_while_idle_and_trickling_clients_hold_the_admin_
 
 Test(hardening, healthz_fails_while_the_raft_thread_is_stuck)
 {
-    /* Test hook: once it serves, the Raft thread sleeps 7 s in one round. */
+    /* Test hook: once it serves, the Raft thread sleeps 7 s in one round.
+     * Two workers, so the Raft loop has a thread of its own (with one, the
+     * worker runs it and the stall would come before "serving" is seen). */
     cr_assert_eq(setenv("TK_TEST_STALL_RAFT_MS", "7000", 1), 0);
-    cr_assert_eq(tk_node_start(&node, NULL), 0);
+    static const char *const args[] = {"--threads", "2", NULL};
+    cr_assert_eq(tk_node_start(&node, args), 0);
     unsetenv("TK_TEST_STALL_RAFT_MS");
     static char body[256];
     int code = 0;
