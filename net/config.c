@@ -356,9 +356,10 @@ static bool list_has(const char *list, size_t len, const char *word)
  * mounted, and which part of it: a container sees its own subtree). */
 static bool cgroup_dir(const char *root, bool v2, char *dir, size_t dirlen, size_t *mnt_len)
 {
-    char cg[8192], mi[65536]; /* startup only: the main thread's stack */
-    if (!read_small(root, "/proc/self/cgroup", cg, sizeof(cg)) ||
-        !read_small(root, "/proc/self/mountinfo", mi, sizeof(mi)))
+    char cg[8192], mpath[TK_PATH_MAX * 2];
+    int w = snprintf(mpath, sizeof(mpath), "%s/proc/self/mountinfo", root);
+    if (!read_small(root, "/proc/self/cgroup", cg, sizeof(cg)) || w < 0 ||
+        (size_t)w >= sizeof(mpath))
         return false;
     const char *path = NULL;
     size_t path_len = 0;
@@ -378,42 +379,44 @@ static bool cgroup_dir(const char *root, bool v2, char *dir, size_t dirlen, size
         }
         line = *end != 0 ? end + 1 : end;
     }
-    if (path == NULL)
+    /* mountinfo can be long on a busy node: read it a line at a time. */
+    FILE *f = path != NULL ? fopen(mpath, "re") : NULL;
+    if (f == NULL)
         return false;
-    for (char *line = mi; *line != 0;) {
-        char *end = strchrnul(line, '\n');
-        char save = *end;
-        *end = 0;
+    bool found = false;
+    char *line = NULL;
+    size_t cap = 0;
+    while (!found && getline(&line, &cap, f) > 0) {
         /* "id parent maj:min root mountpoint options [tags] - type source super" */
         char mroot[TK_PATH_MAX], mpoint[TK_PATH_MAX], fstype[64], super[512] = "";
         const char *dash = strstr(line, " - ");
         bool ok = dash != NULL && sscanf(line, "%*s %*s %*s %1023s %1023s", mroot, mpoint) == 2 &&
                   sscanf(dash + 3, "%63s %*s %511s", fstype, super) >= 1;
-        *end = save;
-        if (ok && (v2 ? strcmp(fstype, "cgroup2") == 0
-                      : strcmp(fstype, "cgroup") == 0 && list_has(super, strlen(super), "cpu"))) {
-            /* The part of the path below the mount's root ("/" mounts all). */
-            size_t rl = strcmp(mroot, "/") == 0 ? 0 : strlen(mroot);
-            const char *rest = path;
-            size_t rest_len = path_len;
-            if (rl > 0 && rest_len >= rl && memcmp(rest, mroot, rl) == 0 &&
-                (rest_len == rl || rest[rl] == '/')) {
-                rest += rl;
-                rest_len -= rl;
-            } else if (rl > 0) {
-                rest_len = 0; /* another subtree: use the mount's own root */
-            }
-            *mnt_len = strlen(mpoint);
-            int n = snprintf(dir, dirlen, "%s%.*s", mpoint, (int)rest_len, rest);
-            if (n < 0 || (size_t)n >= dirlen)
-                return false;
-            for (size_t l = strlen(dir); l > *mnt_len && dir[l - 1] == '/'; l--)
-                dir[l - 1] = 0;
-            return true;
+        if (!ok || !(v2 ? strcmp(fstype, "cgroup2") == 0
+                        : strcmp(fstype, "cgroup") == 0 && list_has(super, strlen(super), "cpu")))
+            continue;
+        /* The part of the path below the mount's root ("/" mounts all). */
+        size_t rl = strcmp(mroot, "/") == 0 ? 0 : strlen(mroot);
+        const char *rest = path;
+        size_t rest_len = path_len;
+        if (rl > 0 && rest_len >= rl && memcmp(rest, mroot, rl) == 0 &&
+            (rest_len == rl || rest[rl] == '/')) {
+            rest += rl;
+            rest_len -= rl;
+        } else if (rl > 0) {
+            rest_len = 0; /* another subtree: use the mount's own root */
         }
-        line = save != 0 ? end + 1 : end;
+        *mnt_len = strlen(mpoint);
+        int n = snprintf(dir, dirlen, "%s%.*s", mpoint, (int)rest_len, rest);
+        if (n < 0 || (size_t)n >= dirlen)
+            break;
+        for (size_t l = strlen(dir); l > *mnt_len && dir[l - 1] == '/'; l--)
+            dir[l - 1] = 0;
+        found = true;
     }
-    return false;
+    free(line);
+    fclose(f);
+    return found;
 }
 
 /* The lowest CPU quota of dir and its ancestors down to the mount point

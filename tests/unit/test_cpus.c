@@ -119,6 +119,26 @@ Test(cpus, a_container_sees_its_own_subtree)
     cr_assert(strstr(why, "v1") != NULL, "%s", why);
 }
 
+Test(cpus, a_long_mountinfo_is_read_to_its_end)
+{
+    /* A node with thousands of mounts (volumes, overlays) before the cgroup
+     * one: over 200 KiB of mountinfo. */
+    static char mi[300000];
+    size_t off = 0;
+    for (int i = 0; i < 3000; i++)
+        off += (size_t)snprintf(
+            mi + off, sizeof(mi) - off,
+            "%d 25 0:%d / /var/lib/kubelet/pods/%06d/volumes rw - tmpfs tmpfs rw\n", 100 + i,
+            100 + i, i);
+    snprintf(mi + off, sizeof(mi) - off, "%s", V2_MOUNT);
+    char why[96];
+    put("/proc/self/cgroup", "0::/\n");
+    put("/proc/self/mountinfo", mi);
+    put("/sys/fs/cgroup/cpu.max", "100000 100000\n");
+    cr_assert_eq(tk_usable_cpus(root, why, sizeof(why)), 1);
+    cr_assert(strstr(why, "v2") != NULL, "%s", why);
+}
+
 Test(cpus, the_default_runs_raft_inline_on_two_cpus_or_fewer)
 {
     cr_assert_eq(tk_default_threads(1), 1);
