@@ -54,7 +54,7 @@ jq -r "$JQ_LIB"'
 "\nclients = connections x pipelining depth; uncontended: each client its own keys; hotkey-W: W clients on one key; ticketdrop: \(run("ticketing"; "ticketdrop") // run("redis"; "ticketdrop") | if . == null then "" else "\(.clients) clients over \(.keys) keys, Zipf \(.zipf), critical section \(.hold_ms) ms, wait \(.wait_ms) ms, lease \(.lease_ms) ms" end).\n",
 ( [run("ticketing-t1"; "uncontended"), run("ticketing-t1"; "uncontended-half"), run("ticketing-t1"; "uncontended-pipelined"), run("ticketing-t1"; "hotkey-16"), run("ticketing-t1"; "hotkey-64")] as $t1 |
   if ($t1 | map(select(. != null)) | length) == 0 then empty else
-  "Ticketing with `--threads 1` per node, the worker running the Raft loop too (the table above uses the default, one worker per core: 2, and a Raft thread):\n",
+  "Ticketing with `--threads 1` per node, the worker running the Raft loop too (the table above uses `--threads 2`: two workers and a Raft thread per node):\n",
   "| case | Ticketing --threads 1 | p50 / p99 / p99.9 / max ms | Ticketing/etcd | Ticketing/Redis |",
   "|---|---:|---|---:|---:|",
   ( $t1[] | select(. != null) | .case as $c |
