@@ -323,7 +323,8 @@ static void usage(void)
             "usage: ticketing-c-driver --addrs HOST:PORT[,...] --secret-file PATH --owner NAME\n"
             "       [--response-grace-ms N] [--connect-timeout-ms N] [--send-budget-min-ms N]\n"
             "       [--request-timeout-ms N] [--backoff-min-ms N] [--backoff-max-ms N]\n"
-            "       [--release-queue-max N]\n");
+            "       [--release-queue-max N] [--tls-ca-file PATH] [--tls-cert-file PATH]\n"
+            "       [--tls-key-file PATH] [--tls-server-name NAME]\n");
     exit(2);
 }
 
@@ -459,6 +460,14 @@ int main(int argc, char **argv)
             cfg.backoff_max_ms = knob(a, v);
         else if (strcmp(a, "--release-queue-max") == 0)
             cfg.release_queue_max = knob(a, v);
+        else if (strcmp(a, "--tls-ca-file") == 0)
+            cfg.tls_ca_file = v;
+        else if (strcmp(a, "--tls-cert-file") == 0)
+            cfg.tls_cert_file = v;
+        else if (strcmp(a, "--tls-key-file") == 0)
+            cfg.tls_key_file = v;
+        else if (strcmp(a, "--tls-server-name") == 0)
+            cfg.tls_server_name = v;
         else
             usage();
     }

@@ -26,6 +26,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -39,6 +40,8 @@ from proxy import FaultProxy  # noqa: E402
 SECRET = b"conformance-client-secret-0123456789"
 PEER_SECRET = b"conformance-peer-secret-0123456789"
 REPLY_TIMEOUT_S = 40
+MAKE_CERTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support",
+                          "make_certs.sh")
 OUTCOMES = {
     "ACQUIRED", "TIMEOUT", "BUSY", "INVALID", "UNAVAILABLE", "INDETERMINATE",
     "CANCELLED", "RELEASED", "NOT_HELD", "UNCONFIRMED", "QUEUE_FULL", "ANSWERED",
@@ -153,10 +156,20 @@ class Node:
 
 
 class LineClient:
-    """A plain connection to a node (no proxy), with the handshake."""
+    """A connection to a node (no proxy), with the handshake; over TLS with
+    the runner's client certificate when `certs` (a directory) is given."""
 
-    def __init__(self, port, timeout=5.0):
+    def __init__(self, port, timeout=5.0, certs=None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if certs is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.load_verify_locations(cafile=os.path.join(certs, "ca.pem"))
+            ctx.load_cert_chain(os.path.join(certs, "client.pem"), os.path.join(certs, "client.key"))
+            try:
+                self.sock = ctx.wrap_socket(self.sock, server_hostname="127.0.0.1")
+            except (ssl.SSLError, OSError):
+                self.sock.close()
+                raise
         self.buf = b""
         banner = self.line()
         if not banner.startswith("TICKETING/1 "):
@@ -328,6 +341,7 @@ class Run:
         self.errors = []  # from delayed actions
         self.killed = None
         self.workdir = tempfile.mkdtemp(prefix="tk-conf-")
+        self.certs = None  # the certificates' directory when the scenario runs TLS
 
     def log(self, msg):
         if self.verbose:
@@ -335,7 +349,14 @@ class Run:
 
     # setup
 
-    def start_nodes(self, count):
+    def make_certs(self):
+        self.certs = os.path.join(self.workdir, "certs")
+        done = subprocess.run(["sh", MAKE_CERTS, self.certs], capture_output=True)
+        if done.returncode != 0:
+            raise StepFailed("cannot make test certificates (openssl?): %s"
+                             % done.stderr.decode(errors="replace"))
+
+    def start_nodes(self, count, tls):
         write_secret(os.path.join(self.workdir, "client.secret"), SECRET)
         write_secret(os.path.join(self.workdir, "peer.secret"), PEER_SECRET)
         binary = os.path.join(self.build, "ticketingd")
@@ -348,12 +369,17 @@ class Run:
                          "--peer-secret-file", os.path.join(self.workdir, "peer.secret"),
                          "--advertise", "127.0.0.1:%d" % p,
                          "--heartbeat-ms", "50", "--election-ms", "600"]
+            if tls:
+                # Client and peer ports: mutual TLS, every certificate from the CA.
+                extra += ["--tls-cert", os.path.join(self.certs, "node.pem"),
+                          "--tls-key", os.path.join(self.certs, "node.key"),
+                          "--tls-ca", os.path.join(self.certs, "ca.pem"), "--tls-client-auth"]
             self.nodes.append(Node(binary, p, self.workdir, i, extra))
         end = time.monotonic() + 20
         while time.monotonic() < end:
             if count == 1:
                 try:
-                    LineClient(ports[0], timeout=1).close()
+                    LineClient(ports[0], timeout=1, certs=self.certs).close()
                     return
                 except OSError:
                     pass
@@ -388,7 +414,10 @@ class Run:
 
     def setup(self):
         st = self.scn["setup"]
-        self.start_nodes(st.get("nodes", 1))
+        tls = st.get("tls")
+        if tls is not None:
+            self.make_certs()
+        self.start_nodes(st.get("nodes", 1), tls is not None)
         for pname, p in st.get("proxies", {}).items():
             target = self.nodes[p.get("node", 0)].port
             if p.get("to") == "leader":
@@ -406,6 +435,12 @@ class Run:
                             "--owner", owner]
         for k, v in st.get("knobs", {}).items():
             argv += ["--" + k, str(v)]
+        if tls is not None:
+            # The driver's TLS files: the CA it trusts (another one to see a
+            # server refused) and its client certificate.
+            argv += ["--tls-ca-file", os.path.join(self.certs, tls.get("ca", "ca.pem")),
+                     "--tls-cert-file", os.path.join(self.certs, "client.pem"),
+                     "--tls-key-file", os.path.join(self.certs, "client.key")]
         self.log("driver: %s" % " ".join(shlex.quote(a) for a in argv))
         self.driver = Driver(argv, self.workdir, os.environ.copy())
 
@@ -418,7 +453,7 @@ class Run:
         return n.port
 
     def server_query(self, key):
-        c = LineClient(self.server_port())
+        c = LineClient(self.server_port(), certs=self.certs)
         try:
             parts = c.ask("Q 1 %s" % key).split()
         finally:

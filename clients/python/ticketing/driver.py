@@ -3,7 +3,8 @@
     python3 -m ticketing.driver --addrs HOST:PORT[,HOST:PORT...] --secret-file PATH
         --owner NAME [--response-grace-ms N] [--connect-timeout-ms N]
         [--send-budget-min-ms N] [--request-timeout-ms N] [--backoff-min-ms N]
-        [--backoff-max-ms N] [--release-queue-max N]
+        [--backoff-max-ms N] [--release-queue-max N] [--tls-ca-file PATH]
+        [--tls-cert-file PATH] [--tls-key-file PATH] [--tls-server-name NAME]
 
 Makes one Client and keeps it for the whole session. Reads one JSON command
 per line on stdin and writes one JSON reply per line on stdout, in order,
@@ -20,6 +21,7 @@ from .errors import OUTCOMES
 
 KNOBS = ("response_grace_ms", "connect_timeout_ms", "send_budget_min_ms", "request_timeout_ms",
          "backoff_min_ms", "backoff_max_ms", "release_queue_max")
+TLS = ("tls_ca_file", "tls_cert_file", "tls_key_file", "tls_server_name")
 
 
 def _int(cmd, name):
@@ -77,8 +79,10 @@ def main(argv=None):
     ap.add_argument("--owner", required=True)
     for k in KNOBS:
         ap.add_argument("--" + k.replace("_", "-"), type=int, default=None)
+    for k in TLS:
+        ap.add_argument("--" + k.replace("_", "-"), default=None)
     a = ap.parse_args(argv)
-    knobs = {k: getattr(a, k) for k in KNOBS if getattr(a, k) is not None}
+    knobs = {k: getattr(a, k) for k in KNOBS + TLS if getattr(a, k) is not None}
     client = Client(a.addrs, secret_file=a.secret_file, owner=a.owner, **knobs)
     out = sys.stdout
     for line in sys.stdin:

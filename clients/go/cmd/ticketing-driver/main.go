@@ -50,13 +50,18 @@ func main() {
 	bmin := flag.Int("backoff-min-ms", 0, "")
 	bmax := flag.Int("backoff-max-ms", 0, "")
 	relMax := flag.Int("release-queue-max", 0, "")
+	tlsCA := flag.String("tls-ca-file", "", "CA that signs the servers' certificates")
+	tlsCert := flag.String("tls-cert-file", "", "client certificate")
+	tlsKey := flag.String("tls-key-file", "", "client key")
+	tlsName := flag.String("tls-server-name", "", "name checked in the servers' certificates")
 	flag.Parse()
 	d := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
 	c, err := ticketing.Dial(ticketing.Config{
 		Addrs: strings.Split(*addrs, ","), SecretFile: *secret, Owner: *owner,
 		ResponseGrace: d(*grace), ConnectTimeout: d(*connect), SendBudgetMin: d(*budget),
 		RequestTimeout: d(*reqTimeout), BackoffMin: d(*bmin), BackoffMax: d(*bmax),
-		ReleaseQueueMax: *relMax})
+		ReleaseQueueMax: *relMax, TLSCAFile: *tlsCA, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey,
+		TLSServerName: *tlsName})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ticketing-driver:", err)
 		os.Exit(2)
