@@ -496,9 +496,7 @@ void raft_recv_append(struct tk_raft *r, const struct tk_raft_msg *m)
          * it leads this node's term by the time the reply arrives, the
          * reply must read as nothing (index 0 is matched everywhere), not
          * as a rejection or an acknowledgement of a round of this term. */
-        struct tk_raft_msg stale = *m;
-        stale.append.seq = 0;
-        reply_append(r, &stale, false, 0, 0);
+        (void)raft_out_msg(r, TK_RAFT_MSG_APPEND_REPLY, m->from); /* all zero */
         return;
     }
     TK_ASSERT(m->term == r->term);

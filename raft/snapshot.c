@@ -222,6 +222,9 @@ static int64_t snap_send_chunk(struct tk_raft *r,
     m->snapshot.len = len;
     m->snapshot.data = len > 0 ? s->data + offset : NULL;
     m->snapshot.config = &s->config;
+    /* Only committed state goes out, so a "done" for any snapshot this
+     * leader sent is within its commit (raft_recv_snapshot_reply). */
+    TK_ASSERT(s->index <= r->commit);
     struct raft_progress *p = &r->prog[slot];
     p->snap_sent_us = r->now_us;
     p->snap_sent_hi = TK_MAX(p->snap_sent_hi, s->index);
@@ -461,12 +464,13 @@ int raft_recv_snapshot_reply(struct tk_raft *r, const struct tk_raft_msg *m)
     if (m->snapshot_reply.done) {
         /* It holds everything up to that index: its log matches there. A
          * follower answers "done" with the index of a chunk it was sent,
-         * and this leader sends only committed snapshots (its commit never
-         * falls). A "done" for a snapshot never sent to it is a claim
-         * nothing backs: counted as a match, it could commit entries no
-         * majority holds, or pass a learner as caught up. */
+         * and only committed snapshots are sent (asserted there), so this
+         * bound keeps the index within the commit too. A "done" for a
+         * snapshot never sent to it is a claim nothing backs: counted as a
+         * match, it could commit entries no majority holds, or pass a
+         * learner as caught up. */
         uint64_t index = m->snapshot_reply.index;
-        if (index > r->commit || index > p->snap_sent_hi)
+        if (index > p->snap_sent_hi)
             return TK_EPROTO;
         p->last_heard_us = r->now_us;
         if (p->state == PROGRESS_SNAPSHOT && index >= p->snap_index) {

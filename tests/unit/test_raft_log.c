@@ -308,6 +308,19 @@ Test(raft_log, a_second_leader_in_one_term_is_refused)
     cr_assert_eq(append(2, 2, 4, 2, 1, NULL, 0), TK_OK, "the real one goes on");
 }
 
+/* A granted (pre-)vote for term 3 from `from`. */
+static void grant_t3(uint64_t from, bool pre)
+{
+    struct tk_raft_msg v;
+    memset(&v, 0, sizeof(v));
+    v.type = TK_RAFT_MSG_VOTE_REPLY;
+    v.from = from;
+    v.term = 3;
+    v.vote_reply.pre = pre;
+    v.vote_reply.granted = 1;
+    tk_raft_receive(R, &v, NOW, &U);
+}
+
 /* Makes node 1 leader of term 3 over log [1:t1, 2:t2] (Figure 8 setup). */
 static void become_leader_t3(void)
 {
@@ -322,27 +335,15 @@ static void become_leader_t3(void)
     cr_assert_eq(count_sent(TK_RAFT_MSG_PREVOTE), 4);
     cr_assert_eq(sent(TK_RAFT_MSG_PREVOTE, 2)->term, 3);
     cr_assert_eq(tk_raft_term(R), 2, "a pre-vote does not raise the term");
-    struct tk_raft_msg v;
-    memset(&v, 0, sizeof(v));
-    v.type = TK_RAFT_MSG_VOTE_REPLY;
-    v.term = 3;
-    v.vote_reply.pre = 1;
-    v.vote_reply.granted = 1;
-    for (uint64_t from = 2; from <= 3; from++) {
-        v.from = from;
-        tk_raft_receive(R, &v, NOW, &U);
-    }
+    grant_t3(2, true);
+    grant_t3(3, true);
     cr_assert_eq(tk_raft_role(R), TK_RAFT_CANDIDATE);
     cr_assert_eq(tk_raft_term(R), 3);
     cr_assert_eq(count_sent(TK_RAFT_MSG_VOTE), 4);
-    v.vote_reply.pre = 0;
-    v.from = 2;
-    tk_raft_receive(R, &v, NOW, &U);
-    v.from = 2; /* a duplicate counts once */
-    tk_raft_receive(R, &v, NOW, &U);
+    grant_t3(2, false);
+    grant_t3(2, false); /* a duplicate counts once */
     cr_assert_eq(tk_raft_role(R), TK_RAFT_CANDIDATE);
-    v.from = 3;
-    tk_raft_receive(R, &v, NOW, &U);
+    grant_t3(3, false);
     cr_assert_eq(tk_raft_role(R), TK_RAFT_LEADER);
     cr_assert_eq(tk_raft_last_index(R), 3);
     cr_assert_eq(tk_raft_entry(R, 3)->type, TK_RAFT_NOOP);
@@ -359,6 +360,19 @@ static void ack(uint64_t from, uint64_t index)
     m.append_reply.success = 1;
     m.append_reply.index = index;
     tk_raft_receive(R, &m, NOW, &U);
+}
+
+static int snap_reply(uint64_t from, uint64_t index, uint64_t offset, bool done)
+{
+    struct tk_raft_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = TK_RAFT_MSG_SNAPSHOT_REPLY;
+    m.from = from;
+    m.term = tk_raft_term(R);
+    m.snapshot_reply.index = index;
+    m.snapshot_reply.offset = offset;
+    m.snapshot_reply.done = done;
+    return tk_raft_receive(R, &m, NOW, &U);
 }
 
 Test(raft_log, figure8_old_term_entries_commit_only_with_the_current_term)
@@ -382,16 +396,9 @@ Test(raft_log, figure8_old_term_entries_commit_only_with_the_current_term)
 Test(raft_log, snapshot_done_past_the_commit_is_refused)
 {
     become_leader_t3();
-    struct tk_raft_msg m;
-    memset(&m, 0, sizeof(m));
-    m.type = TK_RAFT_MSG_SNAPSHOT_REPLY;
-    m.term = 3;
-    m.to = 1;
-    m.snapshot_reply.index = 3;
-    m.snapshot_reply.done = 1;
     uint64_t invalid = tk_raft_metrics(R)->messages_invalid;
-    for (m.from = 2; m.from <= 3; m.from++)
-        cr_assert_eq(tk_raft_receive(R, &m, NOW, &U), TK_EPROTO);
+    for (uint64_t from = 2; from <= 3; from++)
+        cr_assert_eq(snap_reply(from, 3, 0, true), TK_EPROTO);
     cr_assert_eq(tk_raft_commit(R), 1, "committed on forged matches");
     cr_assert_eq(tk_raft_metrics(R)->messages_invalid, invalid + 2);
     /* Entries the followers really hold still commit the NOOP. */
@@ -408,15 +415,7 @@ Test(raft_log, snapshot_done_never_sent_is_refused)
     cr_assert_eq(tk_raft_commit(R), 3);
     /* Member 4 was never sent a snapshot: a "done" inside the commit is
      * still a claim nothing backs, and must not raise its match. */
-    struct tk_raft_msg m;
-    memset(&m, 0, sizeof(m));
-    m.type = TK_RAFT_MSG_SNAPSHOT_REPLY;
-    m.term = 3;
-    m.to = 1;
-    m.from = 4;
-    m.snapshot_reply.index = 3;
-    m.snapshot_reply.done = 1;
-    cr_assert_eq(tk_raft_receive(R, &m, NOW, &U), TK_EPROTO);
+    cr_assert_eq(snap_reply(4, 3, 0, true), TK_EPROTO);
     struct tk_raft_status st;
     tk_raft_status(R, &st);
     for (uint32_t i = 0; i < st.n_members; i++)
@@ -549,13 +548,7 @@ Test(raft_log, precandidate_asks_again_a_voter_that_lost_its_leader)
     NOW += 3 * SEC;
     tk_raft_tick(R, NOW, &U);
     cr_assert_eq(tk_raft_role(R), TK_RAFT_PRECANDIDATE);
-    struct tk_raft_msg v;
-    memset(&v, 0, sizeof(v));
-    v.type = TK_RAFT_MSG_PREVOTE;
-    v.from = 3;
-    v.term = 3;
-    v.vote.last_index = 3; /* behind node 1's 4 */
-    v.vote.last_term = 2;
+    struct tk_raft_msg v = prevote_from_3(3); /* behind node 1's 4 */
     tk_raft_receive(R, &v, NOW, &U);
     cr_assert_eq(sent(TK_RAFT_MSG_VOTE_REPLY, 3)->vote_reply.granted, 0);
     const struct tk_raft_msg *again = sent(TK_RAFT_MSG_PREVOTE, 3);
@@ -567,13 +560,8 @@ Test(raft_log, precandidate_asks_again_a_voter_that_lost_its_leader)
     tk_raft_receive(R, &v, NOW, &U);
     cr_assert_null(sent(TK_RAFT_MSG_PREVOTE, 3));
     /* Its grant, with node 4's, makes a majority of 5: a real election. */
-    memset(&v, 0, sizeof(v));
-    v.type = TK_RAFT_MSG_VOTE_REPLY;
-    v.term = 3;
-    v.vote_reply.pre = 1;
-    v.vote_reply.granted = 1;
-    for (v.from = 3; v.from <= 4; v.from++)
-        tk_raft_receive(R, &v, NOW, &U);
+    grant_t3(3, true);
+    grant_t3(4, true);
     cr_assert_eq(tk_raft_role(R), TK_RAFT_CANDIDATE);
     cr_assert_eq(tk_raft_term(R), 3);
 }
@@ -973,19 +961,6 @@ static uint32_t chunks_to(uint64_t to, const struct tk_raft_msg **out, uint32_t 
         if (U.msgs[i].type == TK_RAFT_MSG_SNAPSHOT && U.msgs[i].to == to && k < cap)
             out[k++] = &U.msgs[i];
     return k;
-}
-
-static int snap_reply(uint64_t from, uint64_t index, uint64_t offset, bool done)
-{
-    struct tk_raft_msg m;
-    memset(&m, 0, sizeof(m));
-    m.type = TK_RAFT_MSG_SNAPSHOT_REPLY;
-    m.from = from;
-    m.term = tk_raft_term(R);
-    m.snapshot_reply.index = index;
-    m.snapshot_reply.offset = offset;
-    m.snapshot_reply.done = done;
-    return tk_raft_receive(R, &m, NOW, &U);
 }
 
 /* Commits and applies one more entry, then hands a `len`-byte snapshot. */
