@@ -327,12 +327,18 @@ bool tk_read_small(const char *path, char *buf, size_t cap)
     return n > 0;
 }
 
+/* path under root, in full (cap bytes); false if it does not fit. */
+static bool under(const char *root, const char *path, char *full, size_t cap)
+{
+    int w = snprintf(full, cap, "%s%s", root, path);
+    return w >= 0 && (size_t)w < cap;
+}
+
 /* tk_read_small of path under root. */
 static bool read_small(const char *root, const char *path, char *buf, size_t cap)
 {
     char full[TK_PATH_MAX * 4];
-    int w = snprintf(full, sizeof(full), "%s%s", root, path);
-    return w >= 0 && (size_t)w < sizeof(full) && tk_read_small(full, buf, cap);
+    return under(root, path, full, sizeof(full)) && tk_read_small(full, buf, cap);
 }
 
 /* Whether the comma list `list` holds `word`. */
@@ -357,9 +363,8 @@ static bool list_has(const char *list, size_t len, const char *word)
 static bool cgroup_dir(const char *root, bool v2, char *dir, size_t dirlen, size_t *mnt_len)
 {
     char cg[8192], mpath[TK_PATH_MAX * 2];
-    int w = snprintf(mpath, sizeof(mpath), "%s/proc/self/mountinfo", root);
-    if (!read_small(root, "/proc/self/cgroup", cg, sizeof(cg)) || w < 0 ||
-        (size_t)w >= sizeof(mpath))
+    if (!read_small(root, "/proc/self/cgroup", cg, sizeof(cg)) ||
+        !under(root, "/proc/self/mountinfo", mpath, sizeof(mpath)))
         return false;
     const char *path = NULL;
     size_t path_len = 0;
@@ -444,12 +449,11 @@ static double cgroup_quota(const char *root, bool v2, char *dir, size_t mnt_len)
         }
         if (q > 0 && (best == 0 || q < best))
             best = q;
+        /* Up one level, never above the mount point. */
         char *slash = strrchr(dir, '/');
-        if (slash == NULL || strlen(dir) <= mnt_len)
+        if (slash == NULL || (size_t)(slash - dir) < mnt_len)
             break;
         *slash = 0;
-        if (strlen(dir) < mnt_len)
-            break;
     }
     return best;
 }
@@ -473,7 +477,7 @@ uint32_t tk_usable_cpus(const char *root, char *why, size_t whylen)
         long up = (long)q; /* rounded up: 1.5 CPUs of quota can run 2 threads */
         if ((double)up < q - 1e-9 || up < 1)
             up++;
-        if (up < cpus) {
+        if (up <= cpus) { /* as tight as the mask or tighter: name the quota */
             cpus = up;
             snprintf(why, whylen, "cgroup %s CPU quota of %.2f CPUs", v2 ? "v2" : "v1", q);
         }

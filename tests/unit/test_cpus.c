@@ -56,67 +56,77 @@ static uint32_t affinity(void)
 
 TestSuite(cpus, .init = setup, .fini = teardown);
 
+/* This process's cgroup line(s) and the mounts it sees. */
+static void layout(const char *cgroup, const char *mountinfo)
+{
+    put("/proc/self/cgroup", cgroup);
+    put("/proc/self/mountinfo", mountinfo);
+}
+
+/* A cgroup v1 directory's quota, in us per 100 ms period (-1: none). */
+static void v1_quota(const char *dir, const char *quota_us)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/cpu.cfs_quota_us", dir);
+    put(path, quota_us);
+    snprintf(path, sizeof(path), "%s/cpu.cfs_period_us", dir);
+    put(path, "100000\n");
+}
+
+/* tk_usable_cpus() under root gives n, and says `why` in its reason. */
+static void expect_cpus(uint32_t n, const char *why)
+{
+    char got[96];
+    cr_assert_eq(tk_usable_cpus(root, got, sizeof(got)), n, "%s", got);
+    cr_assert(strstr(got, why) != NULL, "reason \"%s\", wanted \"%s\"", got, why);
+}
+
 Test(cpus, without_a_quota_the_affinity_mask_counts)
 {
-    char why[96];
-    cr_assert_eq(tk_usable_cpus(root, why, sizeof(why)), affinity(), "no /proc at all");
-    cr_assert(strstr(why, "affinity") != NULL, "%s", why);
-    put("/proc/self/cgroup", "0::/\n");
-    put("/proc/self/mountinfo", V2_MOUNT);
+    expect_cpus(affinity(), "affinity");
+    layout("0::/\n", V2_MOUNT);
     put("/sys/fs/cgroup/cpu.max", "max 100000\n");
-    cr_assert_eq(tk_usable_cpus(root, why, sizeof(why)), affinity(), "cpu.max says max");
-    cr_assert(strstr(why, "affinity") != NULL, "%s", why);
+    expect_cpus(affinity(), "affinity");
 }
 
 Test(cpus, a_v2_quota_rounds_up)
 {
-    char why[96];
-    put("/proc/self/cgroup", "0::/\n");
-    put("/proc/self/mountinfo", V2_MOUNT);
+    layout("0::/\n", V2_MOUNT);
     put("/sys/fs/cgroup/cpu.max", "50000 100000\n");
-    cr_assert_eq(tk_usable_cpus(root, why, sizeof(why)), 1);
-    cr_assert(strstr(why, "v2 CPU quota of 0.50") != NULL, "%s", why);
+    expect_cpus(1, "v2 CPU quota of 0.50");
     put("/sys/fs/cgroup/cpu.max", "150000 100000\n");
-    cr_assert_eq(tk_usable_cpus(root, why, sizeof(why)), affinity() < 2 ? affinity() : 2);
+    /* 1.5 CPUs round up to 2; a mask of 1 is tighter still. */
+    if (affinity() >= 2)
+        expect_cpus(2, "v2 CPU quota of 1.50");
+    else
+        expect_cpus(affinity(), "affinity");
 }
 
 Test(cpus, a_v2_ancestor_quota_limits_its_children)
 {
-    char why[96];
-    put("/proc/self/cgroup", "0::/kubepods/pod7/ctr\n");
-    put("/proc/self/mountinfo", V2_MOUNT);
+    layout("0::/kubepods/pod7/ctr\n", V2_MOUNT);
     put("/sys/fs/cgroup/kubepods/pod7/ctr/cpu.max", "max 100000\n");
     put("/sys/fs/cgroup/kubepods/pod7/cpu.max", "100000 100000\n");
     put("/sys/fs/cgroup/kubepods/cpu.max", "max 100000\n");
-    cr_assert_eq(tk_usable_cpus(root, why, sizeof(why)), 1);
-    cr_assert(strstr(why, "1.00") != NULL, "%s", why);
+    expect_cpus(1, "1.00");
 }
 
 Test(cpus, a_v1_quota_on_a_hybrid_node)
 {
-    char why[96];
-    put("/proc/self/cgroup", "5:cpuset:/\n4:cpu,cpuacct:/batch/job1\n0::/\n");
-    put("/proc/self/mountinfo", V1_MOUNTS);
-    put("/sys/fs/cgroup/cpu,cpuacct/batch/job1/cpu.cfs_quota_us", "-1\n");
-    put("/sys/fs/cgroup/cpu,cpuacct/batch/job1/cpu.cfs_period_us", "100000\n");
-    put("/sys/fs/cgroup/cpu,cpuacct/batch/cpu.cfs_quota_us", "25000\n");
-    put("/sys/fs/cgroup/cpu,cpuacct/batch/cpu.cfs_period_us", "100000\n");
-    cr_assert_eq(tk_usable_cpus(root, why, sizeof(why)), 1);
-    cr_assert(strstr(why, "v1 CPU quota of 0.25") != NULL, "%s", why);
+    layout("5:cpuset:/\n4:cpu,cpuacct:/batch/job1\n0::/\n", V1_MOUNTS);
+    v1_quota("/sys/fs/cgroup/cpu,cpuacct/batch/job1", "-1\n");
+    v1_quota("/sys/fs/cgroup/cpu,cpuacct/batch", "25000\n");
+    expect_cpus(1, "v1 CPU quota of 0.25");
 }
 
 Test(cpus, a_container_sees_its_own_subtree)
 {
     /* Mounted from the container's cgroup: the path in /proc/self/cgroup
      * names the host's hierarchy, the files sit at the mount point. */
-    char why[96];
-    put("/proc/self/cgroup", "4:cpu,cpuacct:/docker/abc\n");
-    put("/proc/self/mountinfo",
-        "32 25 0:28 /docker/abc /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpuacct,cpu\n");
-    put("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "50000\n");
-    put("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
-    cr_assert_eq(tk_usable_cpus(root, why, sizeof(why)), 1);
-    cr_assert(strstr(why, "v1") != NULL, "%s", why);
+    layout("4:cpu,cpuacct:/docker/abc\n",
+           "32 25 0:28 /docker/abc /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpuacct,cpu\n");
+    v1_quota("/sys/fs/cgroup/cpu", "50000\n");
+    expect_cpus(1, "v1");
 }
 
 Test(cpus, a_long_mountinfo_is_read_to_its_end)
@@ -131,12 +141,9 @@ Test(cpus, a_long_mountinfo_is_read_to_its_end)
             "%d 25 0:%d / /var/lib/kubelet/pods/%06d/volumes rw - tmpfs tmpfs rw\n", 100 + i,
             100 + i, i);
     snprintf(mi + off, sizeof(mi) - off, "%s", V2_MOUNT);
-    char why[96];
-    put("/proc/self/cgroup", "0::/\n");
-    put("/proc/self/mountinfo", mi);
+    layout("0::/\n", mi);
     put("/sys/fs/cgroup/cpu.max", "100000 100000\n");
-    cr_assert_eq(tk_usable_cpus(root, why, sizeof(why)), 1);
-    cr_assert(strstr(why, "v2") != NULL, "%s", why);
+    expect_cpus(1, "v2");
 }
 
 Test(cpus, the_default_runs_raft_inline_on_two_cpus_or_fewer)
