@@ -156,17 +156,14 @@ class Node:
 
 
 class LineClient:
-    """A connection to a node (no proxy), with the handshake; over TLS with
-    the runner's client certificate when `certs` (a directory) is given."""
+    """A connection to a node (no proxy), with the handshake; over TLS when
+    given the runner's TLS context (Run.tls_ctx)."""
 
-    def __init__(self, port, timeout=5.0, certs=None):
+    def __init__(self, port, timeout=5.0, tls_ctx=None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        if certs is not None:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            ctx.load_verify_locations(cafile=os.path.join(certs, "ca.pem"))
-            ctx.load_cert_chain(os.path.join(certs, "client.pem"), os.path.join(certs, "client.key"))
+        if tls_ctx is not None:
             try:
-                self.sock = ctx.wrap_socket(self.sock, server_hostname="127.0.0.1")
+                self.sock = tls_ctx.wrap_socket(self.sock, server_hostname="127.0.0.1")
             except (ssl.SSLError, OSError):
                 self.sock.close()
                 raise
@@ -342,6 +339,7 @@ class Run:
         self.killed = None
         self.workdir = tempfile.mkdtemp(prefix="tk-conf-")
         self.certs = None  # the certificates' directory when the scenario runs TLS
+        self.tls_ctx = None  # the runner's own TLS client context, made once
 
     def log(self, msg):
         if self.verbose:
@@ -355,6 +353,10 @@ class Run:
         if done.returncode != 0:
             raise StepFailed("cannot make test certificates (openssl?): %s"
                              % done.stderr.decode(errors="replace"))
+        self.tls_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        self.tls_ctx.load_verify_locations(cafile=os.path.join(self.certs, "ca.pem"))
+        self.tls_ctx.load_cert_chain(os.path.join(self.certs, "client.pem"),
+                                     os.path.join(self.certs, "client.key"))
 
     def start_nodes(self, count, tls):
         write_secret(os.path.join(self.workdir, "client.secret"), SECRET)
@@ -379,7 +381,7 @@ class Run:
         while time.monotonic() < end:
             if count == 1:
                 try:
-                    LineClient(ports[0], timeout=1, certs=self.certs).close()
+                    LineClient(ports[0], timeout=1, tls_ctx=self.tls_ctx).close()
                     return
                 except OSError:
                     pass
@@ -453,7 +455,7 @@ class Run:
         return n.port
 
     def server_query(self, key):
-        c = LineClient(self.server_port(), certs=self.certs)
+        c = LineClient(self.server_port(), tls_ctx=self.tls_ctx)
         try:
             parts = c.ask("Q 1 %s" % key).split()
         finally:
