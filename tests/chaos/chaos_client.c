@@ -17,7 +17,8 @@
  *   invoke   acquire asked: key, lease_ms, wait_ms
  *   result   its outcome: outcome, token, deadline (lease_deadline_us), sent
  *   enter    the thread entered the critical section
- *   exit     it left (for an abandon: "abandon": true, and no release)
+ *   exit     it left (for an abandon: "abandon": true, and no release);
+ *            "planned" is when it meant to leave, t when its sleep ended
  *   rinvoke  release asked (token)
  *   rresult  release outcome
  * Every line has c (client name), th (thread), id (per thread acquire
@@ -149,8 +150,8 @@ static void *thread_main(void *arg)
                     until = last;
                 uint64_t t2 = stay_until(until);
                 emit("{\"c\":\"%s\",\"th\":%d,\"id\":%" PRIu64 ",\"ev\":\"exit\",\"t\":%" PRIu64
-                     ",\"key\":\"%s\",\"abandon\":%s}",
-                     c, th, id, t2, key, abandon ? "true" : "false");
+                     ",\"key\":\"%s\",\"abandon\":%s,\"planned\":%" PRIu64 "}",
+                     c, th, id, t2, key, abandon ? "true" : "false", until);
                 if (abandon)
                     continue;
             }
