@@ -309,7 +309,7 @@ static void *admin_main(void *arg)
 
 int tk_admin_start(struct tk_server *s)
 {
-    admin_fd = tk_listen(s->opt.bind, s->opt.admin_port, false);
+    admin_fd = tk_listen(s->opt.bind, s->opt.admin_port, TK_LISTEN_ALONE);
     if (admin_fd < 0) {
         tk_log(TK_LOG_ERROR, "cannot listen on admin port %s:%u: %s", s->opt.bind,
                s->opt.admin_port, strerror(errno));

@@ -233,7 +233,21 @@ uint64_t tk_wall_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-int tk_listen(const char *host, uint32_t port, bool reuseport)
+/* True if a socket without SO_REUSEPORT can bind the address: then no
+ * other socket holds it, shared or not. */
+static bool port_unheld(const struct addrinfo *a)
+{
+    int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return true; /* the real bind will say */
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    bool ok = bind(fd, a->ai_addr, a->ai_addrlen) == 0 || errno != EADDRINUSE;
+    close(fd);
+    return ok;
+}
+
+int tk_listen(const char *host, uint32_t port, enum tk_listen_share share)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
@@ -247,18 +261,19 @@ int tk_listen(const char *host, uint32_t port, bool reuseport)
      * predecessor's listener not yet released: the kernel frees a socket
      * that an io_uring accept held a moment after that process is gone.
      * Retry EADDRINUSE for up to 5 s rather than fail the restart. */
-    int fd = -1;
+    int fd = -1, err = 0;
     for (int attempt = 0; attempt < 100; attempt++) {
         fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
             break;
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (reuseport)
+        if (share != TK_LISTEN_ALONE)
             setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-        if (bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 4096) == 0)
+        bool unheld = share != TK_LISTEN_SHARE_FIRST || port_unheld(res);
+        if (unheld && bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 4096) == 0)
             break;
-        int err = errno;
+        err = unheld ? errno : EADDRINUSE;
         close(fd);
         fd = -1;
         if (err != EADDRINUSE)
@@ -268,6 +283,10 @@ int tk_listen(const char *host, uint32_t port, bool reuseport)
         struct timespec pause = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
         nanosleep(&pause, NULL);
     }
+    if (fd < 0 && !err)
+        err = errno; /* socket() failed */
     freeaddrinfo(res);
+    if (fd < 0)
+        errno = err; /* for the caller's message */
     return fd;
 }

@@ -1405,7 +1405,7 @@ int tk_peers_create(struct tk_server *s,
         free(p);
         return TK_EUNSUPPORTED;
     }
-    p->listen_fd = tk_listen(s->opt.bind, s->opt.peer_port, false);
+    p->listen_fd = tk_listen(s->opt.bind, s->opt.peer_port, TK_LISTEN_ALONE);
     if (p->listen_fd < 0) {
         tk_log(TK_LOG_ERROR, "cannot listen on peer port %s:%u: %s", s->opt.bind, s->opt.peer_port,
                strerror(errno));

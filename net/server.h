@@ -176,8 +176,20 @@ uint64_t tk_wall_us(void);
 /* A wall-clock time as "YYYY-MM-DDTHH:MM:SSZ" in buf; returns buf. */
 const char *tk_wall_str(uint64_t wall_us, char *buf, size_t cap);
 
-/* Listening socket helper: SO_REUSEADDR, optional SO_REUSEPORT, backlog. */
-int tk_listen(const char *host, uint32_t port, bool reuseport);
+/* How a listening port is held. The workers share the client port through
+ * SO_REUSEPORT; the first of them checks that no other socket holds it,
+ * since the kernel would otherwise let a second process of the same user
+ * (or a predecessor's listener not yet released) share it silently and
+ * take some of its connections. */
+enum tk_listen_share {
+    TK_LISTEN_ALONE,       /* no SO_REUSEPORT */
+    TK_LISTEN_SHARE_FIRST, /* SO_REUSEPORT, and nobody else holds the port */
+    TK_LISTEN_SHARE_MORE,  /* SO_REUSEPORT beside this process's first */
+};
+
+/* Listening socket helper: SO_REUSEADDR, the sharing above, backlog; a
+ * port in use is retried for up to 5 s. Returns the fd, or -1. */
+int tk_listen(const char *host, uint32_t port, enum tk_listen_share share);
 
 /* A multishot accept that must never stay disarmed: after a completion
  * without IORING_CQE_F_MORE it is re-armed, at once after a success and

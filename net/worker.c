@@ -461,7 +461,8 @@ int tk_worker_start(struct tk_server *s, uint32_t idx)
         }
     tk_outbox_init(&w->to_raft, &w->to_raft_ring, tk_raftd_wake(s), s->opt.max_keys + requests + 2);
     tk_outbox_set_producer(&w->to_raft, &w->wake);
-    w->listen_fd = tk_listen(s->opt.bind, s->opt.port, true);
+    w->listen_fd = tk_listen(s->opt.bind, s->opt.port,
+                             idx == 0 ? TK_LISTEN_SHARE_FIRST : TK_LISTEN_SHARE_MORE);
     if (w->listen_fd < 0) {
         tk_log(TK_LOG_ERROR, "cannot listen on %s:%u: %s", s->opt.bind, s->opt.port,
                strerror(errno));

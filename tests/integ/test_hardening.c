@@ -24,7 +24,7 @@
 
 #include "tests/support/tk_cluster.h"
 
-static struct tk_node node;
+static struct tk_node node, other;
 static struct tk_cluster cl;
 
 static void teardown(void)
@@ -32,6 +32,9 @@ static void teardown(void)
     if (node.pid > 0)
         tk_node_stop(&node, SIGKILL, 3000);
     tk_node_cleanup(&node);
+    if (other.pid > 0)
+        tk_node_stop(&other, SIGKILL, 3000);
+    tk_node_cleanup(&other);
     tk_cluster_stop(&cl);
 }
 
@@ -232,6 +235,42 @@ Test(hardening, a_world_readable_secret_file_is_warned_about)
     log[n] = 0;
     fclose(f);
     cr_assert_not_null(strstr(log, "readable by group or others"), "%s", log);
+}
+
+/* ---- a client port is one server's ---------------------------------------------- */
+
+/* The workers share the client port through SO_REUSEPORT, which lets any
+ * process of the same user bind it too. A second ticketingd started on a
+ * port that a running one serves (a mistyped port, a restart beside a
+ * process not yet gone) must not share it and take some of its clients: it
+ * waits out its 5 s of retries and exits, naming the port. */
+Test(hardening, a_second_server_on_a_served_client_port_exits)
+{
+    static const char *const two[] = {"--threads", "2", NULL};
+    cr_assert_eq(tk_node_start(&node, two), 0);
+    cr_assert_eq(tk_node_prepare(&other, tk_free_port3()), 0);
+    char peer[16], admin[16];
+    snprintf(peer, sizeof(peer), "%u", other.port + 1);
+    snprintf(admin, sizeof(admin), "%u", other.port + 2);
+    other.port = node.port;
+    const char *const args[] = {"--threads", "2", "--peer-port", peer, "--admin-port", admin, NULL};
+    cr_assert_eq(tk_node_spawn(&other, args), 0);
+    int st = tk_node_stop(&other, 0, 15000); /* no signal: waits for it to exit */
+    static char log[8192];
+    FILE *f = fopen(other.log_file, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(log, 1, sizeof(log) - 1, f);
+    log[n] = 0;
+    fclose(f);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0,
+              "the second server kept running or exited 0 (status %d): %s", st, log);
+    char want[96];
+    snprintf(want, sizeof(want), "cannot listen on 127.0.0.1:%u: Address already in use",
+             node.port);
+    cr_assert_not_null(strstr(log, want), "%s", log);
+    /* The first still serves. */
+    cr_assert(tk_node_alive(&node));
+    cr_assert_eq(tk_node_wait_serving(node.port + 2, 5000), 0);
 }
 
 /* ---- a reset noticed while reading is paused ------------------------------------- */
