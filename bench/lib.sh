@@ -67,29 +67,10 @@ bench_cleanup() {
     fi
 }
 
-# True if nothing listens on 127.0.0.1:$1.
-port_free() {
-    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-# A base port b such that b .. b+span-1 are all free. Ports come from below
-# the kernel's ephemeral range (ip_local_port_range), so the bench's own
-# outgoing connections can never occupy a port a server is about to bind.
-pick_base() {
-    local span=$1 base p ok tries lo=12000 hi
-    hi=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-    hi=$((hi - span - 1))
-    ((hi > lo + 1000)) || hi=$((lo + 1000))
-    for tries in $(seq 1 50); do
-        base=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo)))
-        ok=1
-        for ((p = base; p < base + span; p++)); do
-            if ! port_free "$p"; then ok=0; break; fi
-        done
-        if [[ $ok == 1 ]]; then echo "$base"; return 0; fi
-    done
-    return 1
-}
+# port_free and reserve_ports (ports locked against every other test or
+# bench process on this machine).
+# shellcheck source=tests/support/ports.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../tests/support/ports.sh"
 
 wait_until() { # timeout_s cmd...
     local end=$((SECONDS + $1)); shift
@@ -138,7 +119,8 @@ start_ticketing() {
     echo "bench-peer-secret-0123456789abcdef" >"$TK_DIR/peer.secret"
     chmod 600 "$TK_SECRET" "$TK_DIR/peer.secret"
     local base
-    base=$(pick_base 30) || { bench_log "no free ports"; return 1; }
+    reserve_ports 30 || { bench_log "no free ports"; return 1; }
+    base=$PORT
     TK_PORTS=("$base" $((base + 10)) $((base + 20)))
     TK_PEERS="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 21))"
     TK_ADDRS="127.0.0.1:${TK_PORTS[0]},127.0.0.1:${TK_PORTS[1]},127.0.0.1:${TK_PORTS[2]}"
@@ -190,7 +172,8 @@ start_ticketing_standalone() {
     echo "bench-client-secret-0123456789abcdef" >"$TK_SECRET"
     chmod 600 "$TK_SECRET"
     local base
-    base=$(pick_base 10) || { bench_log "no free ports"; return 1; }
+    reserve_ports 10 || { bench_log "no free ports"; return 1; }
+    base=$PORT
     TK_PORTS=("$base")
     TK_ADDRS="127.0.0.1:$base"
     "$TK_BIN/ticketingd" --bind 127.0.0.1 --port "$base" --peer-port $((base + 1)) \
@@ -233,7 +216,8 @@ start_etcd() {
     local dir="$root/etcd.$RANDOM"
     mkdir -p "$dir"
     local base
-    base=$(pick_base 30) || { bench_log "no free ports"; return 1; }
+    reserve_ports 30 || { bench_log "no free ports"; return 1; }
+    base=$PORT
     ETCD_PORTS=("$base" $((base + 10)) $((base + 20)))
     local cluster="e0=http://127.0.0.1:$((base + 1)),e1=http://127.0.0.1:$((base + 11)),e2=http://127.0.0.1:$((base + 21))"
     ETCD_ADDRS="127.0.0.1:${ETCD_PORTS[0]},127.0.0.1:${ETCD_PORTS[1]},127.0.0.1:${ETCD_PORTS[2]}"
@@ -293,7 +277,8 @@ REDIS_PORT=""
 REDIS_ADDR=""
 
 start_redis() {
-    REDIS_PORT=$(pick_base 1) || return 1
+    reserve_ports 1 || return 1
+    REDIS_PORT=$PORT
     REDIS_ADDR="127.0.0.1:$REDIS_PORT"
     redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
         --protected-mode yes --daemonize no --dir "$BENCH_TMP" --loglevel warning \

@@ -57,15 +57,39 @@ func portFree(p int) bool {
 }
 
 // freePorts3 returns P with P, P+1 and P+2 free, below the ephemeral range.
+// portLocks keeps the lock files of the port blocks this test process took.
+var portLocks []*os.File
+
+// lockBlock locks the 4-port block at p (p % 4 == 0) for the rest of this
+// process, as every Ticketing test harness does in the same directory, so
+// tests running at once never pick the same ports. False if another
+// process holds it.
+func lockBlock(p int) bool {
+	dir := "/tmp/ticketing-test-ports"
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprint(p)), os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return true
+	}
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		f.Close()
+		return false
+	}
+	portLocks = append(portLocks, f)
+	return true
+}
+
 func freePorts3(t testing.TB, avoid []int) int {
 	for i := 0; i < 200; i++ {
 		n, _ := rand.Int(rand.Reader, big.NewInt(12000))
-		p := 20000 + int(n.Int64())
+		p := (20000 + int(n.Int64())) &^ 3
 		clash := false
 		for _, a := range avoid {
 			clash = clash || (p+3 > a && a+3 > p)
 		}
-		if !clash && portFree(p) && portFree(p+1) && portFree(p+2) {
+		if !clash && portFree(p) && portFree(p+1) && portFree(p+2) && lockBlock(p) {
 			return p
 		}
 	}

@@ -16,6 +16,7 @@ status is 1 if anything failed. Python 3 standard library only.
 """
 
 import argparse
+import fcntl
 import hashlib
 import hmac
 import json
@@ -79,12 +80,34 @@ def port_free(p):
         s.close()
 
 
+PORT_LOCKS = "/tmp/ticketing-test-ports"
+_port_locks = []
+
+
+def lock_block(p):
+    """Locks the 4-port block at p (p % 4 == 0) for the rest of this process,
+    as every test harness of the project does, so tests running at once never
+    pick the same ports. False if another process holds it."""
+    try:
+        os.makedirs(PORT_LOCKS, exist_ok=True)
+        fd = os.open(os.path.join(PORT_LOCKS, str(p)), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        return True  # no lock directory: the bind check alone
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _port_locks.append(fd)
+    return True
+
+
 def free_port3(taken):
     for _ in range(2000):
-        p = random.randrange(10000, 32700)  # below the ephemeral range
+        p = random.randrange(10000, 32700) & ~3  # below the ephemeral range
         if any(q in taken for q in (p, p + 1, p + 2)):
             continue
-        if all(port_free(q) for q in (p, p + 1, p + 2)):
+        if all(port_free(q) for q in (p, p + 1, p + 2)) and lock_block(p):
             taken.update((p, p + 1, p + 2))
             return p
     raise RuntimeError("no three consecutive free ports")

@@ -58,25 +58,19 @@ cleanup() {
 trap cleanup EXIT
 
 # Ports are picked below the usual ephemeral range (32768 and up), where
-# outgoing connections cannot be holding them; a bind can still lose a race,
+# outgoing connections cannot be holding them, and locked against the other
+# tests (tests/support/ports.sh); a bind can still lose a race to some
+# other program,
 # so ticketingd is retried on other ports below.
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-pick_ports() { # $1 = how many consecutive free ports; prints the first
-  local p i ok
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 12000))
-    ok=yes
-    for ((i = 0; i < $1; i++)); do port_free $((p + i)) || ok=no; done
-    [ $ok = yes ] && { echo "$p"; return 0; }
-  done
-  return 1
-}
+# shellcheck source=tests/support/ports.sh
+source "$src/tests/support/ports.sh"
 
 # --- PostgreSQL: private instance, unix socket only -------------------------
 chmod 711 "$tmp"
 mkdir -p "$tmp/pg" "$tmp/sock"
 [ ${#as_pg[@]} -eq 0 ] || chown postgres: "$tmp/pg" "$tmp/sock"
-pg_port=$(pick_ports 1) || fail "no free port for PostgreSQL"
+reserve_ports 1 || fail "no free port for PostgreSQL"
+pg_port=$PORT
 "${as_pg[@]}" "$pgbin/initdb" -D "$tmp/pg/data" -A trust -U postgres -E UTF8 --locale=C \
   --no-sync >"$tmp/initdb.log" 2>&1 || { cat "$tmp/initdb.log"; fail "initdb failed"; }
 "${as_pg[@]}" "$pgbin/pg_ctl" -D "$tmp/pg/data" -l "$tmp/pg/server.log" -w -t 60 \
@@ -93,7 +87,8 @@ head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/client.secret"
 export TICKETCTL=$build/ticketctl TICKETING_SECRET_FILE=$tmp/client.secret PSQL=$pgbin/psql
 up=no
 for attempt in 1 2 3 4 5; do
-  tk_port=$(pick_ports 3) || fail "no free ports for ticketingd"
+  reserve_ports 3 || fail "no free ports for ticketingd"
+  tk_port=$PORT
   "$build/ticketingd" --bind 127.0.0.1 --port "$tk_port" --threads 1 \
     --client-secret-file "$tmp/client.secret" >"$tmp/ticketingd.log" 2>&1 &
   tk_pid=$!

@@ -155,24 +155,18 @@ say "find_package(ticketing): shared and static builds ok"
 
 # --- the installed server ------------------------------------------------------
 # Ports are picked below the usual ephemeral range (32768 and up), where
-# outgoing connections cannot be holding them; a bind can still lose a race,
+# outgoing connections cannot be holding them, and locked against the other
+# tests (tests/support/ports.sh); a bind can still lose a race to some
+# other program,
 # so ticketingd is retried on other ports.
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-pick_ports() { # $1 = how many consecutive free ports; prints the first
-  local p i ok
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 12000))
-    ok=yes
-    for ((i = 0; i < $1; i++)); do port_free $((p + i)) || ok=no; done
-    [ $ok = yes ] && { echo "$p"; return 0; }
-  done
-  return 1
-}
+# shellcheck source=tests/support/ports.sh
+source "$src/tests/support/ports.sh"
 (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/client.secret")
 export TICKETING_SECRET_FILE=$tmp/client.secret
 up=no
 for attempt in 1 2 3 4 5; do
-  port=$(pick_ports 3) || fail "no three free consecutive ports"
+  reserve_ports 3 || fail "no three free consecutive ports"
+  port=$PORT
   "$prefix/bin/ticketingd" --bind 127.0.0.1 --port "$port" --peer-port $((port + 1)) \
     --admin-port $((port + 2)) --threads 1 --client-secret-file "$tmp/client.secret" \
     >"$tmp/ticketingd.log" 2>&1 &

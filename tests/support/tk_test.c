@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -58,6 +59,28 @@ static uint32_t ephemeral_low(void)
     return lo;
 }
 
+/* Holds the lock of the 4-port block that starts at p (p % 4 == 0) for the
+ * rest of this process, or says it is another process's. Every harness
+ * (C, the conformance runner, the Python and Go client tests, the shell
+ * scripts) locks blocks the same way, so two tests running at once never
+ * pick the same ports between checking them and a member binding them. */
+static bool lock_block(uint32_t p)
+{
+    const char *dir = "/tmp/ticketing-test-ports";
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+        return true; /* no lock directory: the bind check alone */
+    char path[64];
+    snprintf(path, sizeof(path), "%s/%u", dir, p);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return true;
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        close(fd);
+        return false;
+    }
+    return true; /* fd stays open: the lock is this process's until it exits */
+}
+
 uint32_t tk_free_port3(void)
 {
     static uint64_t state;
@@ -66,12 +89,12 @@ uint32_t tk_free_port3(void)
         state = (uint64_t)getpid() * 2654435761u ^ tk_test_ms();
         uint32_t lo = ephemeral_low();
         base = lo >= 14000u ? 10000u : 20000u; /* a tiny range: take the chance */
-        span = lo >= 14000u ? lo - 3u - base : 40000u;
+        span = lo >= 14000u ? lo - 4u - base : 40000u;
     }
     for (int tries = 0; tries < 1000; tries++) {
         state = state * 6364136223846793005ull + 1442695040888963407ull;
-        uint32_t p = base + (uint32_t)((state >> 33) % span);
-        if (port_free(p) && port_free(p + 1) && port_free(p + 2))
+        uint32_t p = (base + (uint32_t)((state >> 33) % span)) & ~3u;
+        if (port_free(p) && port_free(p + 1) && port_free(p + 2) && lock_block(p))
             return p;
     }
     return 0;

@@ -52,7 +52,8 @@ void tk_node_cleanup(struct tk_node *n);
  * timeout. */
 int tk_node_wait_serving(uint32_t admin_port, int timeout_ms);
 
-/* Picks a base port p such that p, p+1 and p+2 are free on 127.0.0.1. */
+/* Picks a base port p such that p, p+1 and p+2 are free on 127.0.0.1, and
+ * reserves them from every other test process until this one exits. */
 uint32_t tk_free_port3(void);
 
 /* A plain line client. */

@@ -5,6 +5,7 @@ ticketingd), else from ../../build relative to the repository top. Ports are
 picked free below the ephemeral range; each node needs three consecutive
 ones (client P, peer P+1, admin P+2).
 """
+import fcntl
 import json
 import os
 import random
@@ -42,14 +43,33 @@ def _port_free(p):
 
 
 _taken = set()
+_locks = []
+
+
+def _lock_block(p):
+    # The 4-port block at p (p % 4 == 0) is this process's until it exits:
+    # every Ticketing test harness locks blocks in this directory, so tests
+    # running at once never pick the same ports.
+    try:
+        os.makedirs("/tmp/ticketing-test-ports", exist_ok=True)
+        fd = os.open(f"/tmp/ticketing-test-ports/{p}", os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _locks.append(fd)
+    return True
 
 
 def free_ports3():
     for _ in range(1000):
-        p = random.randrange(20000, 32000)
+        p = random.randrange(20000, 32000) & ~3
         if any(p + i in _taken for i in range(3)):
             continue
-        if all(_port_free(p + i) for i in range(3)):
+        if all(_port_free(p + i) for i in range(3)) and _lock_block(p):
             _taken.update((p, p + 1, p + 2))
             return p
     raise RuntimeError("no three free ports")
