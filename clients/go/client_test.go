@@ -1,8 +1,11 @@
 package ticketing
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,5 +295,47 @@ func TestClusterFailover(t *testing.T) {
 	}
 	if err := c.Release(ctx, g2); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The writer's check before a write: a connection whose server end has
+// closed (its FIN is all that is left to read) is seen as closed, one with
+// nothing to read yet or with bytes still unread is not. The server here
+// closes after refusing a bad proof.
+func TestPeerClosedSeesTheServersClose(t *testing.T) {
+	n, _ := standalone(t)
+	raw, err := net.Dial("tcp", n.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	br := bufio.NewReader(raw)
+	if _, err := br.ReadString('\n'); err != nil { // the banner
+		t.Fatal(err)
+	}
+	if peerClosed(raw) {
+		t.Fatal("an open connection with nothing to read was seen as closed")
+	}
+	if _, err := io.WriteString(raw, "AUTH "+strings.Repeat("0", 64)+" "+strings.Repeat("0", 64)+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for br.Buffered() == 0 && time.Now().Before(deadline) {
+		if peerClosed(raw) {
+			t.Fatal("seen as closed while the refusal was still unread")
+		}
+		raw.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		br.Peek(1)
+	}
+	raw.SetReadDeadline(time.Time{})
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "E ") {
+		t.Fatalf("no refusal: %q %v", line, err)
+	}
+	for !peerClosed(raw) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server's close was never seen")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

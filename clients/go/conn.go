@@ -10,7 +10,10 @@ package ticketing
 // its line (pos). Bytes still in wbuf were handed to nobody: such a request
 // is untouched and may be neutered or retried elsewhere. A chunk handed to
 // the writer may be leaving at any moment, so its requests count as written
-// unless the writer reports that it stopped short of them.
+// unless the writer reports that it stopped short of them, or the
+// connection is torn down before the writer began (see gate). The writer
+// writes nothing to a connection whose server end it already sees closed:
+// its requests then stay unwritten and go out again on the next one.
 
 import (
 	"bufio"
@@ -22,6 +25,8 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 )
 
@@ -63,6 +68,16 @@ type event struct {
 	movedTo    string
 	nc         net.Conn
 	wch        chan []byte
+	gate       *gate
+}
+
+// gate settles, for the chunk handed to the writer last, whether it left:
+// the writer marks it started just before its write, and a teardown that
+// comes first takes it back (revoked), so its requests stay unwritten.
+type gate struct {
+	mu      sync.Mutex
+	started bool
+	revoked bool
 }
 
 type conn struct {
@@ -78,6 +93,7 @@ type conn struct {
 
 	nc       net.Conn
 	wch      chan []byte
+	gate     *gate
 	wbuf     []byte
 	appended uint64 // stream offset after the last byte appended
 	handed   uint64 // bytes handed to the writer
@@ -214,6 +230,9 @@ func (k *conn) flush(now time.Duration) {
 	k.wbuf = make([]byte, 0, 256)
 	k.handed += uint64(len(chunk))
 	k.writing = true
+	k.gate.mu.Lock() // the writer is idle: its last report came in
+	k.gate.started, k.gate.revoked = false, false
+	k.gate.mu.Unlock()
 	k.handAt = k.c.now() // never later than the first byte leaving
 	k.wch <- chunk       // capacity 1 and one chunk at a time: never blocks
 }
@@ -222,6 +241,14 @@ func (k *conn) flush(now time.Duration) {
 // the untouched ones first, in stream order, so they keep their place.
 func (k *conn) teardown() {
 	l := &k.c.lp
+	if k.writing {
+		k.gate.mu.Lock()
+		if !k.gate.started { // the writer has not begun: nothing of it left
+			k.gate.revoked = true
+			k.handed = k.written
+		}
+		k.gate.mu.Unlock()
+	}
 	if k.nc != nil {
 		k.nc.Close()
 		k.nc = nil
@@ -235,7 +262,7 @@ func (k *conn) teardown() {
 	}
 	k.gen++ // events of the old attempt are ignored from now on
 	k.state = stIdle
-	// A chunk handed to a writer that has not returned may have left.
+	// A chunk the writer began writing may have left.
 	k.markSent(k.handed, k.handAt)
 	unsent := k.unsent
 	k.unsent = nil
@@ -304,7 +331,7 @@ func (l *loop) event(ev event, now time.Duration) {
 	}
 	switch ev.kind {
 	case evReady:
-		k.nc, k.wch = ev.nc, ev.wch
+		k.nc, k.wch, k.gate = ev.nc, ev.wch, ev.gate
 		k.state = stReady
 		k.tlsRefused = false
 		k.backoff = l.c.cfg.BackoffMin // a good handshake resets the backoff
@@ -323,6 +350,8 @@ func (l *loop) event(ev event, now time.Duration) {
 		k.written += uint64(ev.n)
 		k.markSent(k.written, k.handAt)
 		if ev.err != nil {
+			// The writer stopped short: what it did not write never left.
+			k.handed = k.written
 			k.down("write: "+ev.err.Error(), true, false, false, now)
 		}
 	case evLine:
@@ -515,10 +544,10 @@ func (c *Client) attempt(k *conn, gen uint64, addr string) {
 		return
 	}
 	nc.SetDeadline(time.Time{})
-	wch := make(chan []byte, 1)
+	wch, g := make(chan []byte, 1), &gate{}
 	ok = true
-	go c.writer(k, gen, nc, wch)
-	if !c.send(event{kind: evReady, k: k, gen: gen, nc: nc, wch: wch}) {
+	go c.writer(k, gen, nc, raw, wch, g)
+	if !c.send(event{kind: evReady, k: k, gen: gen, nc: nc, wch: wch, gate: g}) {
 		nc.Close()
 		return
 	}
@@ -543,13 +572,50 @@ func (c *Client) attempt(k *conn, gen uint64, addr string) {
 	}
 }
 
-func (c *Client) writer(k *conn, gen uint64, nc net.Conn, wch chan []byte) {
+func (c *Client) writer(k *conn, gen uint64, nc, raw net.Conn, wch chan []byte, g *gate) {
 	for chunk := range wch {
-		n, err := nc.Write(chunk)
+		g.mu.Lock()
+		if g.revoked { // the loop tore the connection down first
+			g.mu.Unlock()
+			continue
+		}
+		closed := peerClosed(raw)
+		g.started = !closed
+		g.mu.Unlock()
+		n, err := 0, errClosedBeforeWrite
+		if !closed {
+			n, err = nc.Write(chunk)
+		}
 		if !c.send(event{kind: evWritten, k: k, gen: gen, n: n, err: err}) {
 			return
 		}
 	}
+}
+
+var errClosedBeforeWrite = errors.New("closed by the server before the write")
+
+// peerClosed says whether the server's end of the connection is known to be
+// closed (its FIN is the next thing to read) before a chunk is written.
+// Writing there would only make its requests INDETERMINATE although the
+// server can never read them; not writing leaves them unwritten, free to be
+// sent again on the next connection. Peeking never consumes, and runs
+// beside the reader's blocked read (Control takes no read lock).
+func peerClosed(raw net.Conn) bool {
+	tc, ok := raw.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	sc, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	sc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		closed = n == 0 && err == nil
+	})
+	return closed
 }
 
 func hmacEqual(a, b string) bool {

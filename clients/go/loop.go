@@ -715,6 +715,18 @@ func (c *Client) run() {
 		case <-timer.C:
 			now = c.now()
 		}
+		// Connection events already waiting go first (select picks at
+		// random among ready cases): a close the reader saw must take its
+		// connection out before a new request is written to it.
+		for more := true; more; {
+			select {
+			case ev := <-c.evCh:
+				now = c.now()
+				l.event(ev, now)
+			default:
+				more = false
+			}
+		}
 	}
 	// The end: every connection closed, every request decided.
 	for _, k := range l.conns {
