@@ -363,6 +363,7 @@ static bool run(struct tk_client *c, const char *line)
     }
     struct tk_client_result r;
     memset(&r, 0, sizeof r);
+    bool result = true; /* a client call's reply, which names its reason */
     if (strcmp(op, "acquire") == 0) {
         uint64_t lease, wait;
         const char *key = get_str(&o, "key", &err);
@@ -412,12 +413,14 @@ static bool run(struct tk_client *c, const char *line)
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
         printf("{\"outcome\":\"OK\"");
+        result = false;
     } else if (strcmp(op, "stats") == 0) {
         struct tk_client_stats st;
         tk_client_stats(c, &st);
         printf("{\"outcome\":\"OK\",\"compensations\":%" PRIu64 ",\"indeterminate\":%" PRIu64
                ",\"moved\":%" PRIu64 ",\"releases_queued\":%" PRIu64,
                st.compensations, st.indeterminate, st.moved, st.releases_queued);
+        result = false;
     } else if (strcmp(op, "close") == 0) {
         tk_client_destroy(c);
         printf("{\"outcome\":\"OK\"");
@@ -426,6 +429,10 @@ static bool run(struct tk_client *c, const char *line)
     } else {
         driver_error("unknown op", op);
         return true;
+    }
+    if (result) {
+        printf(",\"reason\":");
+        put_str(r.reason);
     }
     end_reply(t0);
     return true;

@@ -44,17 +44,20 @@ def handle(client, cmd):
     if op == "acquire":
         key, lease, wait = _str(cmd, "key"), _int(cmd, "lease_ms"), _int(cmd, "wait_ms")
         r = client.acquire_result(key, lease, wait)
-        return {"outcome": r.outcome, "token": r.token if r.outcome == "ACQUIRED" else 0}
+        return {"outcome": r.outcome, "token": r.token if r.outcome == "ACQUIRED" else 0,
+                "reason": r.reason}
     if op == "release":
         key, token = _str(cmd, "key"), _int(cmd, "token")
         r = client.release_result(key, token)
-        return {"outcome": r.outcome, "resent": bool(r.resent)}
+        return {"outcome": r.outcome, "resent": bool(r.resent), "reason": r.reason}
     if op == "query":
         r = client.query_result(_str(cmd, "key"))
         return {"outcome": r.outcome, "held": bool(r.held), "owner": r.owner,
-                "token": r.token if r.outcome == "ANSWERED" else 0, "waiters": r.waiters}
+                "token": r.token if r.outcome == "ANSWERED" else 0, "waiters": r.waiters,
+                "reason": r.reason}
     if op == "ping":
-        return {"outcome": client.ping_result().outcome}
+        r = client.ping_result()
+        return {"outcome": r.outcome, "reason": r.reason}
     if op == "sleep":
         ms = _int(cmd, "ms")
         if ms < 0:

@@ -114,7 +114,8 @@ func handle(c *ticketing.Client, line string) (map[string]interface{}, bool) {
 			return bad(err.Error()), false
 		}
 		g, err := c.Acquire(ctx, key, time.Duration(lease)*time.Millisecond, time.Duration(wait)*time.Millisecond)
-		return map[string]interface{}{"outcome": ticketing.OutcomeName("acquire", err), "token": g.Token}, false
+		return map[string]interface{}{"outcome": ticketing.OutcomeName("acquire", err), "token": g.Token,
+			"reason": reasonOf(err)}, false
 	case "release":
 		key, err := needKey()
 		tok, err2 := num(cmd.Token, "token")
@@ -122,7 +123,8 @@ func handle(c *ticketing.Client, line string) (map[string]interface{}, bool) {
 			return bad(err.Error()), false
 		}
 		resent, err := c.ReleaseToken(ctx, key, tok)
-		return map[string]interface{}{"outcome": ticketing.OutcomeName("release", err), "resent": resent}, false
+		return map[string]interface{}{"outcome": ticketing.OutcomeName("release", err), "resent": resent,
+			"reason": reasonOf(err)}, false
 	case "query":
 		key, err := needKey()
 		if err != nil {
@@ -134,10 +136,10 @@ func handle(c *ticketing.Client, line string) (map[string]interface{}, bool) {
 			owner = q.Owner
 		}
 		return map[string]interface{}{"outcome": ticketing.OutcomeName("query", err), "held": q.Held,
-			"owner": owner, "token": q.Token, "waiters": q.Waiters}, false
+			"owner": owner, "token": q.Token, "waiters": q.Waiters, "reason": reasonOf(err)}, false
 	case "ping":
 		_, err := c.Ping(ctx)
-		return map[string]interface{}{"outcome": ticketing.OutcomeName("ping", err)}, false
+		return map[string]interface{}{"outcome": ticketing.OutcomeName("ping", err), "reason": reasonOf(err)}, false
 	case "sleep":
 		n, err := num(cmd.Ms, "ms")
 		if err != nil {
@@ -153,6 +155,16 @@ func handle(c *ticketing.Client, line string) (map[string]interface{}, bool) {
 		return map[string]interface{}{"outcome": "OK"}, true
 	}
 	return bad(fmt.Sprintf("unknown op %q", cmd.Op)), false
+}
+
+// reasonOf is the client's reason word for a result ("tls", "key", ...),
+// "" when it names none.
+func reasonOf(err error) string {
+	var e *ticketing.Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
 }
 
 func first(errs ...error) error {
