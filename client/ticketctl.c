@@ -47,10 +47,12 @@ static void usage(FILE *f)
         "        cluster's health in the exit code (0, 88 degraded, 83 no leader)\n"
         "  members                                 every member as the leader sees it: ids,\n"
         "        addresses, voter or learner, match index, lag, last contact; * the leader\n"
-        "  remove-member NODEID --peer-secret-file PATH\n"
+        "  remove-member NODEID --peer-secret-file PATH [--peers host:port,...]\n"
         "        remove a member that is gone for good (NODEID: 16 hex digits, as members\n"
         "        shows); the leader refuses a member it still hears from. Needs the\n"
-        "        cluster's PEER secret (env TICKETING_PEER_SECRET_FILE), not the client's\n"
+        "        cluster's PEER secret (env TICKETING_PEER_SECRET_FILE), not the client's,\n"
+        "        and asks the peer ports: --peers as the cluster's --peers lists them\n"
+        "        (env TICKETING_PEERS), else each --addr host at its client port + 1\n"
         "\n"
         "flags:\n"
         "  --addr host:port[,host:port...]   cluster addresses (env TICKETING_ADDR)\n"
@@ -66,7 +68,8 @@ static void usage(FILE *f)
         "  --tls-server-name NAME            TLS: the name the servers' certificates must hold\n"
         "                                    (default: each --addr host; env\n"
         "                                    TICKETING_TLS_SERVER_NAME). TLS is for the client\n"
-        "                                    port: run, acquire, release, query, ping\n"
+        "                                    port (run, acquire, release, query, ping) and,\n"
+        "                                    for remove-member, the peer port\n"
         "  --lease D  --wait D               durations: 500ms, 30s, 2m (0 needs no unit)\n"
         "  --admin-port N                    the admin port of every --addr node, for status,\n"
         "                                    members, remove-member (default: each client\n"
@@ -144,6 +147,8 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
         o->secret_file = val;
     else if (!strcmp(name, "--peer-secret-file"))
         o->peer_secret_file = val;
+    else if (!strcmp(name, "--peers"))
+        o->peers = val;
     else if (!strcmp(name, "--owner"))
         o->owner = val;
     else if (!strcmp(name, "--tls-ca"))
@@ -185,6 +190,7 @@ static bool flag_takes_value(const char *name)
     static const char *const with[] = {"--addr",
                                        "--secret-file",
                                        "--peer-secret-file",
+                                       "--peers",
                                        "--owner",
                                        "--token",
                                        "--count",
@@ -716,7 +722,8 @@ static int check_needs(const struct ctl_opts *o)
         return ctl_die_usage("%s needs --token (and the owner that acquired it)", o->cmd);
     if (!strcmp(o->cmd, "release") && o->owner == NULL)
         return ctl_die_usage("%s needs --owner (or TICKETING_OWNER): the acquirer's owner", o->cmd);
-    if (o->addr == NULL || o->addr[0] == '\0')
+    bool peers = remove && o->peers != NULL && o->peers[0] != '\0';
+    if (!peers && (o->addr == NULL || o->addr[0] == '\0'))
         return ctl_die_usage("%s", "no cluster address: --addr host:port or TICKETING_ADDR");
     /* remove-member checks its NODEID and peer secret itself. */
     if (!admin_cmd(o->cmd) && !remove && (o->secret_file == NULL || o->secret_file[0] == '\0'))
@@ -739,6 +746,8 @@ int main(int argc, char **argv)
         o.secret_file = getenv("TICKETING_SECRET_FILE");
     if (o.peer_secret_file == NULL)
         o.peer_secret_file = getenv("TICKETING_PEER_SECRET_FILE");
+    if (o.peers == NULL)
+        o.peers = getenv("TICKETING_PEERS");
     if (o.owner == NULL)
         o.owner = getenv("TICKETING_OWNER");
     if (o.tls_ca == NULL)

@@ -34,6 +34,7 @@ struct ctl_opts {
     const char *addr;
     const char *secret_file;
     const char *peer_secret_file; /* remove-member */
+    const char *peers;            /* remove-member: peer addresses as the cluster's --peers */
     const char *owner;
     const char *tls_ca; /* TLS for the client port (libticketing's tls_* fields) */
     const char *tls_cert;
@@ -63,18 +64,6 @@ bool ctl_parse_u64(const char *s, uint64_t *v);
 int ctl_status(const struct ctl_opts *o);
 /* `ticketctl members`: the members as the leader's /status lists them; the exit code. */
 int ctl_members(const struct ctl_opts *o);
-/* The leader's NodeId and peer address (each cap bytes), found as members
- * finds the leader: the --addr nodes' /status, a follower's leader_addr
- * followed; failing the leader's own answer, the leader a follower names.
- * Each /status read is bounded by read_ms, and all of them by deadline_us
- * (tk_client_now_us() time). Returns 0, CTL_EXIT_USAGE (a bad --addr, said
- * on stderr) or CTL_EXIT_UNAVAILABLE. */
-int ctl_find_leader(const struct ctl_opts *o,
-                    uint64_t read_ms,
-                    uint64_t deadline_us,
-                    char *id,
-                    char *peer_addr,
-                    size_t cap);
 /* ---- JSON output (ticketctl_json.c): every --json line is written with these.
  * Strings may hold any byte and come out as valid, pure-ASCII JSON: '"' and
  * '\' escaped, controls and DEL as \u00XX, well-formed UTF-8 as \uXXXX

@@ -2,8 +2,9 @@
  * its admin /status (client port + 2, or --admin-port) over plain HTTP, so no secret is
  * needed (the HTTP side is ticketctl_status.c's, shared with status). Only
  * the leader's match index (and lag, last contact) mean anything, so a
- * follower's answer is followed to its leader_addr. remove-member finds
- * the leader (and its peer address) the same way: ctl_find_leader.
+ * follower's answer is followed to its leader_addr. (remove-member does
+ * not look here: plain HTTP can be answered by anyone, and it sends a
+ * peer proof; see ticketctl_remove.c.)
  */
 #include <errno.h>
 #include <stdio.h>
@@ -660,31 +661,6 @@ static bool hunt_leader(struct hunt *h,
         p = comma + 1;
     }
     return found;
-}
-
-int ctl_find_leader(const struct ctl_opts *o,
-                    uint64_t read_ms,
-                    uint64_t deadline_us,
-                    char *id,
-                    char *peer_addr,
-                    size_t cap)
-{
-    static struct hunt h;
-    int rc;
-    bool found = hunt_leader(&h, o, read_ms, deadline_us, &rc);
-    if (rc != 0)
-        return rc;
-    /* Without the leader's own answer, the leader a follower names: its
-     * admin port may be down while its peer port is not. */
-    const struct view *v = found ? &h.got : h.have_fallback ? &h.fallback : NULL;
-    const char *leader = v == NULL ? "" : found ? v->node_id : v->leader;
-    for (uint32_t i = 0; v != NULL && id_known(leader) && i < v->n; i++)
-        if (strcmp(v->m[i].id, leader) == 0 && v->m[i].peer_addr[0] != '\0') {
-            snprintf(id, cap, "%s", leader);
-            snprintf(peer_addr, cap, "%s", v->m[i].peer_addr);
-            return 0;
-        }
-    return CTL_EXIT_UNAVAILABLE;
 }
 
 int ctl_members(const struct ctl_opts *o)

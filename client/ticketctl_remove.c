@@ -1,15 +1,22 @@
 /* ticketctl remove-member: asks the leader to drop a member that is gone
  * for good (its address will not come back), over the leader's peer port.
  *
- * The peer port speaks the peer handshake (TICKETING-PEER/1, SPEC 2 with
- * the peer secret, not the client secret), then binary frames (SPEC 9):
- * one REMOVE frame out, a JOIN_REPLY back. The leader refuses to remove a
- * member it heard from within an election timeout, so a live member (a
- * typo included) cannot be taken out this way.
+ * The peer port speaks the peer handshake (TICKETING-PEER/2 with the peer
+ * secret, core/handshake.h), inside TLS when --tls-ca is given, then
+ * binary frames (SPEC 9): one REMOVE frame out, a JOIN_REPLY back. The
+ * leader refuses to remove a member it heard from within an election
+ * timeout, so a live member (a typo included) cannot be taken out this way.
  *
- * The leader is found like `members` finds it (the --addr nodes' admin
- * /status, ticketctl_members.c), then its peer_addr dialled; NOT_LEADER is
- * followed (a few hops), RETRY asked again shortly, all within --timeout.
+ * Where the proof goes. A peer proof is sent only to an address the
+ * operator gave (--peers, or each --addr host at its client port + 1, the
+ * default peer port) or one a node named in an answer that carried its
+ * MAC (a follower's "not the leader, ask X"), never to one read from the
+ * plain-HTTP admin port; the proof names the address it is meant for, so
+ * a process that relays it to another node is refused there. Success is
+ * reported only on an answer whose MAC the node authenticated in the
+ * handshake made (tk_hs_mac): whoever carries the bytes cannot forge it.
+ * NOT_LEADER is followed (a few hops), RETRY asked again shortly, every
+ * given address tried in turn, all within --timeout.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -27,21 +34,24 @@
 #include "client/ticketctl.h"
 #include "client/ticketing.h"
 #include "core/auth.h"
-#include "core/proto.h"
+#include "core/handshake.h"
+#include "core/tls.h"
 #include "raft/wire.h"
 
 #define RETRY_PAUSE_MS 200
 #define HOPS_MAX 3 /* NOT_LEADER answers followed in a row */
+#define TARGETS_MAX 8
 #define ADDR_CAP 256
-#define LINE_MAX_LEN 512   /* a handshake line; ours are under 200 bytes */
-#define IN_CAP (64u << 10) /* a JOIN_REPLY is under 300 bytes */
+#define LINE_MAX_LEN 512   /* a handshake line; ours are under 400 bytes */
+#define IN_CAP (64u << 10) /* a JOIN_REPLY is under 350 bytes */
+#define TLS_RECORD_HANDSHAKE 0x16
 
 /* How one attempt (dial, handshake, REMOVE, answer) ended. */
 enum attempt {
     AT_NO_CONN,    /* the peer port did not answer, or closed before the handshake ended */
-    AT_BAD,        /* not a peer port, or a malformed answer */
-    AT_AUTH,       /* the server rejected our proof (or its own proof was wrong) */
-    AT_UNANSWERED, /* REMOVE sent, no answer: it may or may not have been appended */
+    AT_BAD,        /* not a peer port, TLS failed, or a malformed answer */
+    AT_AUTH,       /* the peer refused our proof, or its own proof was wrong */
+    AT_UNANSWERED, /* REMOVE sent, no authenticated answer: it may or may not be appended */
     AT_OK,
     AT_NOT_LEADER,
     AT_RETRY,
@@ -54,13 +64,22 @@ struct rm {
     char id_text[17];
     uint8_t secret[TK_AUTH_SECRET_MAX];
     size_t secret_len;
-    uint64_t deadline_us;
+    uint64_t deadline_us;         /* the whole of --timeout */
+    uint64_t attempt_deadline_us; /* this attempt's share of it */
+    struct tk_tls_ctx *tls_ctx; /* --tls-ca: the peer port runs TLS */
+    /* The given peer addresses, tried in turn. */
+    char targets[TARGETS_MAX][ADDR_CAP];
+    int ntargets;
+    /* One attempt's connection. */
     int fd;
-    uint8_t in[IN_CAP];
+    struct tk_tls *tls;
+    struct tk_hs hs;
+    uint8_t in[IN_CAP]; /* plaintext */
     size_t in_len;
     char next[ADDR_CAP]; /* NOT_LEADER: the leader's peer address, "" if unknown */
     uint64_t next_id;
-    char why[512]; /* what went wrong last, for the final message */
+    char why[768];      /* what went wrong last, for the final message */
+    char sent_why[768]; /* why the last REMOVE sent got no authenticated answer */
 };
 
 static void vlog(const struct rm *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -90,11 +109,16 @@ static void set_why(struct rm *r, const char *fmt, ...)
     vlog(r, "%s", r->why);
 }
 
-/* Milliseconds left before the deadline (0 once it has passed). */
-static int left_ms(const struct rm *r)
+static int ms_until(uint64_t deadline_us)
 {
     uint64_t now = tk_client_now_us();
-    return now >= r->deadline_us ? 0 : (int)((r->deadline_us - now + 999u) / 1000u);
+    return now >= deadline_us ? 0 : (int)((deadline_us - now + 999u) / 1000u);
+}
+
+/* Milliseconds left of this attempt (0 once it has passed). */
+static int left_ms(const struct rm *r)
+{
+    return ms_until(r->attempt_deadline_us);
 }
 
 static void sleep_ms(int ms)
@@ -104,7 +128,7 @@ static void sleep_ms(int ms)
     }
 }
 
-/* ---- a blocking-with-deadline TCP exchange --------------------------------------- */
+/* ---- a blocking-with-deadline TCP exchange, TLS or not ------------------------------ */
 
 static int dial(const struct rm *r, const char *host, unsigned port)
 {
@@ -137,7 +161,7 @@ static int dial(const struct rm *r, const char *host, unsigned port)
     return fd;
 }
 
-static bool send_all(const struct rm *r, const void *buf, size_t n)
+static bool send_raw(const struct rm *r, const void *buf, size_t n)
 {
     const uint8_t *p = buf;
     while (n > 0) {
@@ -156,9 +180,54 @@ static bool send_all(const struct rm *r, const void *buf, size_t n)
     return true;
 }
 
-/* More bytes into r->in: > 0 bytes read, 0 the peer closed, -1 the
- * deadline passed (or an error), -2 the buffer is full. */
-static int read_more(struct rm *r)
+/* Sends what TLS has pending (handshake messages, records). */
+static bool tls_flush(const struct rm *r)
+{
+    size_t n = 0;
+    const uint8_t *c = tk_tls_pending(r->tls, &n);
+    if (n == 0)
+        return true;
+    bool ok = send_raw(r, c, n);
+    tk_tls_sent(r->tls, n);
+    return ok;
+}
+
+static bool send_all(struct rm *r, const void *buf, size_t n)
+{
+    if (r->tls == NULL)
+        return send_raw(r, buf, n);
+    return tk_tls_write(r->tls, buf, n) == TK_OK && tls_flush(r);
+}
+
+/* Bytes received under TLS: plaintext into r->in, the handshake driven.
+ * > 0 plaintext bytes, 0 none yet, -1 TLS failed or closed (r->why set). */
+static int tls_take(struct rm *r, const uint8_t *data, size_t n, const char *addr)
+{
+    if (!tk_tls_ready(r->tls) && r->in_len == 0 && n > 0 && data[0] != TLS_RECORD_HANDSHAKE) {
+        set_why(r,
+                "%s: the peer port answered in plaintext: that cluster runs without TLS, so "
+                "leave out --tls-ca",
+                addr);
+        return -1;
+    }
+    size_t got = 0;
+    int rc = tk_tls_feed(r->tls, data, n);
+    if (rc == TK_OK)
+        rc = tk_tls_read(r->tls, r->in + r->in_len, sizeof r->in - r->in_len, &got);
+    if (rc == TK_OK && !tls_flush(r))
+        rc = TK_EIO;
+    if (rc != TK_OK) {
+        set_why(r, "%s: TLS to the peer port failed: %s", addr,
+                rc == TK_EIO ? "could not send" : tk_tls_error(r->tls));
+        return -1;
+    }
+    r->in_len += got;
+    return (int)got;
+}
+
+/* More plaintext into r->in: > 0 bytes, 0 the peer closed, -1 the
+ * deadline passed (or an error), -2 the buffer is full, -3 TLS failed. */
+static int read_more(struct rm *r, const char *addr)
 {
     if (r->in_len == sizeof r->in)
         return -2;
@@ -167,13 +236,21 @@ static int read_more(struct rm *r)
         int ms = left_ms(r);
         if (ms == 0 || poll(&pf, 1, ms) != 1)
             return -1;
-        ssize_t got = recv(r->fd, r->in + r->in_len, sizeof r->in - r->in_len, 0);
+        uint8_t raw[16384];
+        uint8_t *dst = r->tls ? raw : r->in + r->in_len;
+        size_t cap = r->tls ? sizeof raw : sizeof r->in - r->in_len;
+        ssize_t got = recv(r->fd, dst, cap, 0);
         if (got < 0 && (errno == EAGAIN || errno == EINTR))
             continue;
-        if (got < 0)
-            return -1;
-        r->in_len += (size_t)got;
-        return (int)got;
+        if (got <= 0)
+            return got == 0 ? 0 : -1;
+        if (r->tls == NULL) {
+            r->in_len += (size_t)got;
+            return (int)got;
+        }
+        int n = tls_take(r, raw, (size_t)got, addr);
+        if (n != 0)
+            return n < 0 ? -3 : n;
     }
 }
 
@@ -185,8 +262,8 @@ static void consume(struct rm *r, size_t n)
 
 /* One line (without "\n", NUL-terminated) into line; its length, or -1
  * if none came (timed out or closed), -2 if no line end within
- * LINE_MAX_LEN bytes. */
-static int read_line(struct rm *r, char *line)
+ * LINE_MAX_LEN bytes, -3 if TLS failed (r->why says why). */
+static int read_line(struct rm *r, char *line, const char *addr)
 {
     for (;;) {
         uint8_t *nl = memchr(r->in, '\n', r->in_len < LINE_MAX_LEN ? r->in_len : LINE_MAX_LEN);
@@ -199,69 +276,111 @@ static int read_line(struct rm *r, char *line)
         }
         if (r->in_len >= LINE_MAX_LEN)
             return -2;
-        if (read_more(r) <= 0)
-            return -1;
+        int got = read_more(r, addr);
+        if (got <= 0)
+            return got == -3 ? -3 : -1;
     }
 }
 
 /* ---- one attempt ----------------------------------------------------------------- */
 
-/* The peer handshake as the dialler (net/peer.c hs_line's outbound side). */
-static enum attempt handshake(struct rm *r, const char *addr)
+/* A handshake line that did not come: why, and the attempt's end. */
+static enum attempt no_line(struct rm *r, const char *addr, int n, const char *what)
 {
-    char line[LINE_MAX_LEN + 1], snonce[TK_AUTH_HEX_LEN + 1], cnonce[TK_AUTH_HEX_LEN + 1];
-    char proof[TK_AUTH_HEX_LEN + 1], out[256];
-    const char *p;
-    int n = read_line(r, line);
-    if (n < 0) {
-        set_why(r, "%s: no banner from the peer port (%s)", addr,
-                n == -2 ? "no line end" : "timed out or closed");
-        return n == -2 ? AT_BAD : AT_NO_CONN;
-    }
-    if (!tk_proto_parse_banner(line, (size_t)n, true, &p)) {
-        bool client = tk_proto_parse_banner(line, (size_t)n, false, &p);
-        set_why(r, "%s: %s", addr,
-                client ? "that is a client port, not a peer port (client port + 1)"
-                       : "not a Ticketing peer port (unexpected banner)");
+    if (n == -3)
+        return AT_BAD; /* r->why says how TLS failed */
+    if (n == -2) {
+        set_why(r, "%s: %s: no line end", addr, what);
         return AT_BAD;
     }
-    memcpy(snonce, p, TK_AUTH_HEX_LEN);
-    snonce[TK_AUTH_HEX_LEN] = '\0';
+    set_why(r, "%s: %s (timed out or closed)%s", addr, what,
+            r->tls == NULL ? ": if that cluster runs TLS on its peer port, give --tls-ca" : "");
+    return AT_NO_CONN;
+}
+
+/* The peer handshake as the dialler (core/handshake.c), meant for addr. */
+static enum attempt handshake(struct rm *r, const char *addr)
+{
+    char line[LINE_MAX_LEN + 1], cnonce[TK_AUTH_HEX_LEN + 1], out[TK_HS_LINE_MAX];
+    size_t n_out = 0;
     if (tk_auth_nonce(cnonce) != TK_OK) {
         set_why(r, "no random bytes for a nonce");
         return AT_BAD;
     }
-    tk_auth_proof(r->secret, r->secret_len, false, snonce, cnonce, proof);
-    size_t len = tk_proto_fmt_auth(out, sizeof out, cnonce, proof);
-    if (len == 0 || !send_all(r, out, len)) {
-        set_why(r, "%s: the handshake could not be sent", addr);
-        return AT_NO_CONN;
-    }
-    n = read_line(r, line);
-    if (n < 0) {
-        set_why(r, "%s: no answer to the handshake (%s)", addr,
-                n == -2 ? "no line end" : "timed out or closed");
-        return n == -2 ? AT_BAD : AT_NO_CONN;
-    }
-    if (strncmp(line, "E ", 2) == 0) {
-        set_why(r,
-                "%s: the peer secret was rejected (%s): is --peer-secret-file the cluster's "
-                "peer secret (not the client secret)?",
-                addr, line);
-        return AT_AUTH;
-    }
-    uint64_t node, dom[2];
-    if (!tk_proto_parse_ok(line, (size_t)n, &p, &node, dom)) {
-        set_why(r, "%s: unexpected handshake answer '%.80s'", addr, line);
+    tk_hs_dial(&r->hs, r->secret, r->secret_len, addr, cnonce);
+    if (r->tls != NULL && (tk_tls_read(r->tls, out, 0, &n_out) != TK_OK || !tls_flush(r))) {
+        set_why(r, "%s: TLS could not start: %s", addr, tk_tls_error(r->tls));
         return AT_BAD;
     }
-    tk_auth_proof(r->secret, r->secret_len, true, snonce, cnonce, proof);
-    if (!tk_auth_equal(proof, p, TK_AUTH_HEX_LEN)) {
-        set_why(r, "%s: the server's proof is wrong: it does not hold this peer secret", addr);
-        return AT_AUTH;
+    for (int step = 0; step < 2; step++) {
+        int n = read_line(r, line, addr);
+        if (n < 0)
+            return no_line(r, addr, n, step == 0 ? "no banner from the peer port"
+                                                 : "no answer to the handshake");
+        if (step == 0 && r->tls != NULL) {
+            uint8_t b[TK_TLS_BINDING_LEN];
+            if (tk_tls_channel_binding(r->tls, b) != TK_OK) {
+                set_why(r, "%s: no TLS channel binding", addr);
+                return AT_BAD;
+            }
+            tk_hs_bind(&r->hs, b);
+        }
+        enum tk_hs_state st = tk_hs_line(&r->hs, line, (size_t)n, out, sizeof out, &n_out);
+        if (st == TK_HS_FAILED) {
+            bool auth = r->hs.fail == TK_HS_E_REFUSED || r->hs.fail == TK_HS_E_SPROOF;
+            set_why(r, "%s: %s%s", addr, tk_hs_why(&r->hs),
+                    r->hs.fail == TK_HS_E_REFUSED
+                        ? ". Is --peer-secret-file the cluster's peer secret (not the client "
+                          "secret), and is the address the one the cluster's --peers lists "
+                          "(give --peers)?"
+                        : "");
+            return auth ? AT_AUTH : AT_BAD;
+        }
+        if (n_out > 0 && !send_all(r, out, n_out)) {
+            set_why(r, "%s: the handshake could not be sent", addr);
+            return AT_NO_CONN;
+        }
     }
-    vlog(r, "%s: authenticated to node %016llx", addr, (unsigned long long)node);
+    TK_ASSERT(r->hs.state == TK_HS_DONE);
+    vlog(r, "%s: authenticated to node %016llx", addr, (unsigned long long)r->hs.node_id);
     return AT_OK;
+}
+
+/* The JOIN_REPLY f answers our REMOVE; true if its MAC is the node's. */
+static bool reply_authentic(const struct rm *r, const struct tk_raft_msg *m)
+{
+    char text[TK_WIRE_REPLY_TEXT_MAX];
+    uint8_t mac[TK_AUTH_MAC_LEN];
+    size_t n = tk_wire_join_reply_text(m, text, sizeof text);
+    tk_hs_mac(&r->hs, "reply", text, n, mac);
+    return tk_auth_equal(mac, m->join_reply.mac, sizeof mac);
+}
+
+static enum attempt reply_status(struct rm *r, const char *addr, const struct tk_raft_msg *m)
+{
+    size_t al = m->join_reply.leader_peer_addr.len;
+    snprintf(r->next, sizeof r->next, "%.*s", (int)(al < ADDR_CAP ? al : 0),
+             m->join_reply.leader_peer_addr.p ? m->join_reply.leader_peer_addr.p : "");
+    r->next_id = m->join_reply.leader_id;
+    switch (m->join_reply.status) {
+        case TK_RAFT_JOIN_OK:
+            return AT_OK;
+        case TK_RAFT_JOIN_NOT_LEADER:
+            set_why(r, "%s: not the leader (leader %016llx at %s)", addr,
+                    (unsigned long long)r->next_id, r->next[0] ? r->next : "unknown");
+            return AT_NOT_LEADER;
+        case TK_RAFT_JOIN_RETRY:
+            set_why(r,
+                    "%s: the leader asks to retry: a membership change is in flight, or %s is "
+                    "the leader itself and hands leadership over",
+                    addr, r->id_text);
+            return AT_RETRY;
+        case TK_RAFT_JOIN_REFUSED:
+            return AT_REFUSED;
+        default:
+            set_why(r, "%s: unexpected answer status %u", addr, m->join_reply.status);
+            return AT_UNANSWERED;
+    }
 }
 
 /* Waits for the JOIN_REPLY that answers our REMOVE; other frames are skipped. */
@@ -275,95 +394,97 @@ static enum attempt answer(struct rm *r, const char *addr)
         skip -= drop;
         if (skip == 0 && r->in_len > TK_WIRE_LENGTH_LEN) { /* the length and the type */
             if (tk_wire_frame_len(r->in, r->in_len, &flen) != TK_OK) {
-                set_why(r, "%s: malformed frame from the leader", addr);
-                return AT_BAD;
+                set_why(r, "%s: REMOVE sent, then a malformed frame", addr);
+                return AT_UNANSWERED;
             }
             if (r->in[TK_WIRE_LENGTH_LEN] != TK_RAFT_MSG_JOIN_REPLY) {
                 skip = flen; /* not ours, however large */
                 continue;
             }
             if (flen > sizeof r->in) {
-                set_why(r, "%s: an answer of %zu bytes, far too large", addr, flen);
-                return AT_BAD;
+                set_why(r, "%s: REMOVE sent, then an answer of %zu bytes, far too large", addr,
+                        flen);
+                return AT_UNANSWERED;
             }
         }
         if (skip == 0 && r->in_len > TK_WIRE_LENGTH_LEN && r->in_len >= flen) {
             struct tk_wire_frame f;
             if (tk_wire_decode(r->in, flen, &f, &scratch) != TK_OK) {
-                set_why(r, "%s: malformed answer from the leader", addr);
-                return AT_BAD;
+                set_why(r, "%s: REMOVE sent, then a malformed answer", addr);
+                return AT_UNANSWERED;
             }
-            const struct tk_raft_msg *m = &f.msg;
-            size_t al = m->join_reply.leader_peer_addr.len;
-            snprintf(r->next, sizeof r->next, "%.*s", (int)(al < ADDR_CAP ? al : 0),
-                     m->join_reply.leader_peer_addr.p ? m->join_reply.leader_peer_addr.p : "");
-            r->next_id = m->join_reply.leader_id;
             consume(r, flen);
-            switch (m->join_reply.status) {
-                case TK_RAFT_JOIN_OK:
-                    return AT_OK;
-                case TK_RAFT_JOIN_NOT_LEADER:
-                    set_why(r, "%s: not the leader (leader %016llx at %s)", addr,
-                            (unsigned long long)r->next_id, r->next[0] ? r->next : "unknown");
-                    return AT_NOT_LEADER;
-                case TK_RAFT_JOIN_RETRY:
-                    set_why(r,
-                            "%s: the leader asks to retry: a membership change is in "
-                            "flight, or %s is the leader itself and hands leadership over",
-                            addr, r->id_text);
-                    return AT_RETRY;
-                case TK_RAFT_JOIN_REFUSED:
-                    return AT_REFUSED;
-                default:
-                    set_why(r, "%s: unexpected answer status %u", addr, m->join_reply.status);
-                    return AT_BAD;
+            if (!reply_authentic(r, &f.msg)) {
+                set_why(r,
+                        "%s: REMOVE sent, then an answer without the node's MAC (forged or "
+                        "altered on the way): not believed",
+                        addr);
+                return AT_UNANSWERED;
             }
+            return reply_status(r, addr, &f.msg);
         }
-        int got = read_more(r);
+        int got = read_more(r, addr);
         if (got <= 0) {
             set_why(r, "%s: REMOVE sent, but no answer (%s)", addr,
-                    got == 0 ? "the connection was closed" : "timed out");
+                    got == 0    ? "the connection was closed"
+                    : got == -3 ? "TLS failed"
+                                : "timed out");
             return AT_UNANSWERED;
         }
     }
+}
+
+static enum attempt send_remove(struct rm *r, const char *addr)
+{
+    uint8_t buf[128];
+    struct tk_wire_frame f = {.domain_lo = 0, .domain_hi = 0};
+    uint64_t from = 0;
+    while (from == 0 && tk_auth_random(&from, sizeof from) == TK_OK) {
+    }
+    f.msg.type = TK_RAFT_MSG_REMOVE;
+    f.msg.from = from != 0 ? from : 1; /* only names this link; the leader answers on it */
+    f.msg.term = 0;
+    f.msg.remove.id = r->id;
+    size_t n = tk_wire_encode(&f, buf, sizeof buf);
+    if (n == 0 || !send_all(r, buf, n)) {
+        set_why(r, "%s: REMOVE could not be sent", addr);
+        return AT_UNANSWERED; /* part of it may have gone out */
+    }
+    return answer(r, addr);
 }
 
 static enum attempt attempt(struct rm *r, const char *addr)
 {
     char host[ADDR_CAP];
     unsigned port;
-    uint8_t buf[128];
     r->next[0] = '\0';
     r->next_id = 0;
     r->in_len = 0;
-    if (!ctl_split_addr(addr, strlen(addr), host, sizeof host, &port)) {
-        set_why(r, "the leader's peer address '%s' is malformed", addr);
+    if (!ctl_split_addr(addr, strlen(addr), host, sizeof host, &port) ||
+        strlen(addr) > TK_HS_ADDR_MAX) {
+        set_why(r, "the peer address '%s' is malformed", addr);
         return AT_BAD;
     }
     vlog(r, "asking %s to remove %s", addr, r->id_text);
+    /* A quarter of --timeout per attempt (at least 1 s): a stopped member
+     * among the given addresses accepts and never speaks, and must not eat
+     * the whole budget. */
+    uint64_t share_us = TK_MAX(r->o->timeout_ms / 4u, 1000u) * 1000u;
+    r->attempt_deadline_us = TK_MIN(r->deadline_us, tk_client_now_us() + share_us);
     r->fd = dial(r, host, port);
     if (r->fd < 0) {
         set_why(r, "%s: the peer port did not answer", addr);
         return AT_NO_CONN;
     }
-    enum attempt a = handshake(r, addr);
-    if (a == AT_OK) {
-        struct tk_wire_frame f = {.domain_lo = 0, .domain_hi = 0};
-        uint64_t from = 0;
-        while (from == 0 && tk_auth_random(&from, sizeof from) == TK_OK) {
-        }
-        f.msg.type = TK_RAFT_MSG_REMOVE;
-        f.msg.from = from != 0 ? from : 1; /* only names this link; the leader answers on it */
-        f.msg.term = 0;
-        f.msg.remove.id = r->id;
-        size_t n = tk_wire_encode(&f, buf, sizeof buf);
-        if (n == 0 || !send_all(r, buf, n)) {
-            set_why(r, "%s: REMOVE could not be sent", addr);
-            a = AT_UNANSWERED; /* part of it may have gone out */
-        } else {
-            a = answer(r, addr);
-        }
-    }
+    enum attempt a = AT_BAD;
+    if (r->tls_ctx != NULL && (r->tls = tk_tls_new(r->tls_ctx, host)) == NULL)
+        set_why(r, "out of memory for TLS");
+    else
+        a = handshake(r, addr);
+    if (a == AT_OK)
+        a = send_remove(r, addr);
+    tk_tls_free(r->tls);
+    r->tls = NULL;
     close(r->fd);
     r->fd = -1;
     return a;
@@ -382,7 +503,7 @@ static bool parse_node_id(const char *s, uint64_t *id)
 
 static int finish(const struct rm *r, int code, const char *outcome, const char *text)
 {
-    char msg[1024];
+    char msg[2048];
     if (text != NULL) {
         /* Addresses in it come from the server: one printable line. */
         snprintf(msg, sizeof msg, "%s", text);
@@ -406,80 +527,116 @@ static int finish(const struct rm *r, int code, const char *outcome, const char 
     return code;
 }
 
+/* The peer addresses to ask: --peers as given, else each --addr host at
+ * its client port + 1. 0, or CTL_EXIT_USAGE (said on stderr). */
+static int targets(struct rm *r)
+{
+    const char *list = r->o->peers != NULL && r->o->peers[0] != '\0' ? r->o->peers : r->o->addr;
+    bool derive = list == r->o->addr;
+    for (const char *p = list; *p != '\0' && r->ntargets < TARGETS_MAX;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        char host[ADDR_CAP - 8]; /* room for "[]:" and a port */
+        unsigned port;
+        if (len == 0 || len >= ADDR_CAP || !ctl_split_addr(p, len, host, sizeof host, &port) ||
+            (derive && port >= 65535))
+            return ctl_die_usage("bad address in %s '%s'", derive ? "--addr" : "--peers", list);
+        char *t = r->targets[r->ntargets++];
+        if (!derive)
+            snprintf(t, ADDR_CAP, "%.*s", (int)len, p);
+        else if (strchr(host, ':') != NULL)
+            snprintf(t, ADDR_CAP, "[%s]:%u", host, port + 1);
+        else
+            snprintf(t, ADDR_CAP, "%s:%u", host, port + 1);
+        p = comma != NULL ? comma + 1 : p + len;
+    }
+    return 0;
+}
+
 static int remove_loop(struct rm *r)
 {
-    char target[ADDR_CAP] = "", leader_id[ADDR_CAP];
-    int hops = 0;
+    char target[ADDR_CAP];
+    int hops = 0, next_target = 0;
     bool maybe_sent = false; /* a REMOVE went out unanswered: it may have been appended */
+    snprintf(target, sizeof target, "%s", r->targets[next_target++ % r->ntargets]);
     for (;;) {
-        bool pause = true;
-        if (target[0] == '\0') {
-            /* A quarter of --timeout per /status read (at least 250 ms): a
-             * gone member among the --addr must not eat the whole budget. */
-            uint64_t read_ms = r->o->timeout_ms / 4 > 250 ? r->o->timeout_ms / 4 : 250;
-            int rc =
-                ctl_find_leader(r->o, read_ms, r->deadline_us, leader_id, target, sizeof target);
-            if (rc == CTL_EXIT_USAGE)
-                return rc;
-            hops = 0;
-            if (rc != 0) {
-                target[0] = '\0';
-                set_why(r,
-                        "no leader found through --addr %s (their admin /status, client "
-                        "port + 2)",
-                        r->o->addr);
-            } else {
-                vlog(r, "the leader is %s, peer address %s", leader_id, target);
-            }
+        bool pause = false;
+        enum attempt a = attempt(r, target);
+        if (a == AT_UNANSWERED) {
+            maybe_sent = true;
+            memcpy(r->sent_why, r->why, sizeof r->why);
         }
-        if (target[0] != '\0') {
-            enum attempt a = attempt(r, target);
-            maybe_sent |= a == AT_UNANSWERED;
-            switch (a) {
-                case AT_OK:
-                    return finish(r, CTL_EXIT_OK, "removed", NULL);
-                case AT_REFUSED: {
-                    char msg[700];
-                    snprintf(msg, sizeof msg,
-                             "refused by the leader at %s: the member answered it within an "
-                             "election timeout (it is alive: stop it for good first), or it is "
-                             "the last voter; nothing removed",
-                             target);
-                    return finish(r, CTL_EXIT_INVALID, "refused", msg);
+        bool move_on = false; /* to the next given address */
+        switch (a) {
+            case AT_OK:
+                return finish(r, CTL_EXIT_OK, "removed", NULL);
+            case AT_REFUSED: {
+                char msg[700];
+                snprintf(msg, sizeof msg,
+                         "refused by the leader at %s: the member answered it within an "
+                         "election timeout (it is alive: stop it for good first), or it is "
+                         "the last voter; nothing removed",
+                         target);
+                return finish(r, CTL_EXIT_INVALID, "refused", msg);
+            }
+            case AT_AUTH:
+                return finish(r, CTL_EXIT_FAIL, "auth", r->why);
+            case AT_NOT_LEADER:
+                /* The leader an authenticated answer named; none (an
+                 * election) or hops enough: the next given address. */
+                move_on = r->next[0] == '\0' || strcmp(r->next, target) == 0 || hops >= HOPS_MAX;
+                if (!move_on) {
+                    snprintf(target, sizeof target, "%s", r->next);
+                    hops++;
                 }
-                case AT_AUTH:
-                    return finish(r, CTL_EXIT_FAIL, "auth", r->why);
-                case AT_NOT_LEADER:
-                    if (r->next[0] != '\0' && strcmp(r->next, target) != 0 && hops < HOPS_MAX) {
-                        snprintf(target, sizeof target, "%s", r->next);
-                        hops++;
-                        pause = false;
-                    } else if (strcmp(r->next, target) != 0) {
-                        target[0] = '\0'; /* none named, or hops enough: ask /status */
-                    }
-                    break;
-                case AT_RETRY:
-                    hops = 0;
-                    break;
-                default:
-                    target[0] = '\0'; /* maybe the leader moved: ask /status again */
-                    break;
-            }
-        }
-        if (pause) {
-            if (left_ms(r) <= RETRY_PAUSE_MS)
                 break;
-            sleep_ms(RETRY_PAUSE_MS);
-        } else if (left_ms(r) == 0) {
-            break;
+            case AT_RETRY:
+                hops = 0;
+                pause = true;
+                break;
+            default:
+                move_on = true;
+                break;
         }
+        if (move_on) {
+            hops = 0;
+            pause = next_target % r->ntargets == 0; /* a whole round asked */
+            snprintf(target, sizeof target, "%s", r->targets[next_target++ % r->ntargets]);
+        }
+        if (pause && ms_until(r->deadline_us) <= RETRY_PAUSE_MS)
+            break;
+        if (pause)
+            sleep_ms(RETRY_PAUSE_MS);
+        else if (ms_until(r->deadline_us) == 0)
+            break;
     }
-    if (maybe_sent)
-        return finish(r, CTL_EXIT_INDETERMINATE, "indeterminate",
-                      "a REMOVE was sent but not answered before --timeout: the member may or "
-                      "may not have been removed; check `ticketctl members` (asking again is "
-                      "safe: a non-member is answered as removed)");
+    if (maybe_sent) {
+        char msg[sizeof r->sent_why + 300];
+        snprintf(msg, sizeof msg,
+                 "a REMOVE was sent but no authenticated answer came before --timeout: the "
+                 "member may or may not have been removed; check `ticketctl members` (asking "
+                 "again is safe: a non-member is answered as removed). %s",
+                 r->sent_why);
+        return finish(r, CTL_EXIT_INDETERMINATE, "indeterminate", msg);
+    }
     return finish(r, CTL_EXIT_UNAVAILABLE, "unavailable", r->why);
+}
+
+/* --tls-ca: the peer port runs TLS; --tls-cert/--tls-key present a
+ * certificate the peer port accepts (one that names a member, or one from
+ * its --tls-peer-ca). */
+static int tls_setup(struct rm *r)
+{
+    if (r->o->tls_ca == NULL || r->o->tls_ca[0] == '\0') {
+        if (r->o->tls_cert != NULL || r->o->tls_key != NULL)
+            return ctl_die_usage("%s", "--tls-cert and --tls-key need --tls-ca");
+        return 0;
+    }
+    struct tk_tls_opts to = {.ca = r->o->tls_ca, .cert = r->o->tls_cert, .key = r->o->tls_key};
+    char err[TK_TLS_ERR_MAX];
+    if (tk_tls_ctx_new(&to, &r->tls_ctx, err, sizeof err) != TK_OK)
+        return ctl_die_usage("TLS: %s", err);
+    return 0;
 }
 
 int ctl_remove_member(const struct ctl_opts *o)
@@ -501,9 +658,15 @@ int ctl_remove_member(const struct ctl_opts *o)
     if (rc != TK_OK)
         return ctl_die_usage("cannot use the peer secret file '%s' (readable, 16-4096 bytes?)",
                              o->peer_secret_file);
+    if ((rc = targets(&r)) != 0 || (rc = tls_setup(&r)) != 0) {
+        explicit_bzero(r.secret, sizeof r.secret);
+        return rc;
+    }
     r.deadline_us = tk_client_now_us() + o->timeout_ms * 1000u;
     rc = remove_loop(&r);
     explicit_bzero(r.secret, sizeof r.secret);
+    tk_tls_ctx_unref(r.tls_ctx);
+    tk_tls_thread_done();
     fflush(stdout);
     return rc;
 }

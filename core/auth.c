@@ -27,7 +27,7 @@ _Static_assert(TK_AUTH_HEX_LEN == 2 * TK_AUTH_NONCE_LEN, "a nonce is sent as hex
 _Static_assert(TK_AUTH_HEX_LEN == 2 * TK_AUTH_MAC_LEN, "a proof is sent as hex");
 _Static_assert(TK_AUTH_MAC_LEN == WC_SHA256_DIGEST_SIZE, "proofs are HMAC-SHA256");
 
-static void auth_hex(const uint8_t *raw, size_t n, char *out)
+void tk_auth_hex(const uint8_t *raw, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
@@ -115,7 +115,7 @@ int tk_auth_nonce(char out[TK_AUTH_HEX_LEN + 1])
     int rc = tk_auth_random(raw, sizeof raw);
     if (rc != TK_OK)
         return rc;
-    auth_hex(raw, sizeof raw, out);
+    tk_auth_hex(raw, sizeof raw, out);
     TK_DEBUG_ASSERT(tk_auth_is_hex64(out, TK_AUTH_HEX_LEN));
     return TK_OK;
 }
@@ -168,7 +168,7 @@ void tk_auth_proof(const uint8_t *secret,
     msg[AUTH_PREFIX_LEN + TK_AUTH_HEX_LEN] = ' ';
     memcpy(msg + AUTH_PREFIX_LEN + TK_AUTH_HEX_LEN + 1, cnonce, TK_AUTH_HEX_LEN);
     tk_auth_hmac_sha256(secret, secret_len, msg, sizeof msg, mac);
-    auth_hex(mac, sizeof mac, out);
+    tk_auth_hex(mac, sizeof mac, out);
 }
 
 bool tk_auth_equal(const void *a, const void *b, size_t n)

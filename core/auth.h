@@ -44,6 +44,9 @@ void tk_auth_hmac_sha256(const uint8_t *key,
                          size_t msg_len,
                          uint8_t out[TK_AUTH_MAC_LEN]);
 
+/* n bytes as 2n lowercase hex chars and a NUL. */
+void tk_auth_hex(const uint8_t *raw, size_t n, char *out);
+
 /* Constant-time comparison of n bytes. */
 bool tk_auth_equal(const void *a, const void *b, size_t n);
 

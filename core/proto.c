@@ -580,7 +580,7 @@ bool tk_proto_parse_response(const char *line, size_t len, struct tk_response *r
 /* ---- handshake (SPEC 2) -------------------------------------------- */
 
 #define PROTO_BANNER_CLIENT "TICKETING/1"
-#define PROTO_BANNER_PEER "TICKETING-PEER/1"
+#define PROTO_BANNER_PEER "TICKETING-PEER/2"
 
 bool tk_proto_parse_banner(const char *line, size_t len, bool peer, const char **snonce)
 {
@@ -607,6 +607,28 @@ bool tk_proto_parse_auth(const char *line, size_t len, const char **cnonce, cons
         return false;
     *cnonce = w[1].s;
     *cproof = w[2].s;
+    return true;
+}
+
+bool tk_proto_parse_peer_auth(const char *line,
+                              size_t len,
+                              const char **cnonce,
+                              const char **cproof,
+                              const char **to,
+                              size_t *to_len)
+{
+    TK_ASSERT(line != NULL || len == 0);
+    struct proto_word w[4];
+    if (proto_split(line, proto_strip_cr(line, len), w, 4) != 4)
+        return false;
+    if (!proto_word_is(w[0].s, w[0].len, "AUTH") || !proto_hex64(w[1].s, w[1].len) ||
+        !proto_hex64(w[2].s, w[2].len) || w[3].len > TK_PROTO_PEER_ADDR_MAX ||
+        !proto_visible(w[3].s, w[3].len))
+        return false;
+    *cnonce = w[1].s;
+    *cproof = w[2].s;
+    *to = w[3].s;
+    *to_len = w[3].len;
     return true;
 }
 
@@ -654,6 +676,24 @@ size_t tk_proto_fmt_auth(char *buf, size_t cap, const char *cnonce, const char *
     out_bytes(&o, cnonce, TK_AUTH_HEX_LEN);
     out_char(&o, ' ');
     out_bytes(&o, cproof, TK_AUTH_HEX_LEN);
+    return out_finish(&o);
+}
+
+size_t tk_proto_fmt_peer_auth(char *buf,
+                              size_t cap,
+                              const char *cnonce,
+                              const char *cproof,
+                              const char *to,
+                              size_t to_len)
+{
+    TK_DEBUG_ASSERT(to_len >= 1 && to_len <= TK_PROTO_PEER_ADDR_MAX);
+    TK_DEBUG_ASSERT(proto_visible(to, to_len));
+    size_t n = tk_proto_fmt_auth(buf, cap, cnonce, cproof);
+    if (n == 0)
+        return 0;
+    struct proto_out o = {.buf = buf, .cap = cap, .len = n - 1}; /* over the "\n" */
+    out_char(&o, ' ');
+    out_bytes(&o, to, to_len);
     return out_finish(&o);
 }
 

@@ -141,6 +141,16 @@ size_t tk_proto_fmt_ping(char *buf, size_t cap, uint64_t id);
  * point into line. */
 bool tk_proto_parse_banner(const char *line, size_t len, bool peer, const char **snonce);
 bool tk_proto_parse_auth(const char *line, size_t len, const char **cnonce, const char **cproof);
+/* The peer port's AUTH (TICKETING-PEER/2, core/handshake.h): a fourth
+ * word names the peer address the dialler meant to reach, 1 to
+ * TK_PROTO_PEER_ADDR_MAX visible bytes (*to is not NUL-terminated). */
+#define TK_PROTO_PEER_ADDR_MAX 255
+bool tk_proto_parse_peer_auth(const char *line,
+                              size_t len,
+                              const char **cnonce,
+                              const char **cproof,
+                              const char **to,
+                              size_t *to_len);
 bool tk_proto_parse_ok(const char *line,
                        size_t len,
                        const char **sproof,
@@ -148,6 +158,12 @@ bool tk_proto_parse_ok(const char *line,
                        uint64_t domain[2]);
 size_t tk_proto_fmt_banner(char *buf, size_t cap, bool peer, const char *snonce);
 size_t tk_proto_fmt_auth(char *buf, size_t cap, const char *cnonce, const char *cproof);
+size_t tk_proto_fmt_peer_auth(char *buf,
+                              size_t cap,
+                              const char *cnonce,
+                              const char *cproof,
+                              const char *to,
+                              size_t to_len);
 /* node-id as 16 hex chars; domain as 32 hex chars: domain[1] then domain[0],
  * each as 16 hex digits (big-endian text of the 128-bit value). */
 size_t tk_proto_fmt_ok(char *buf,

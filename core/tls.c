@@ -435,6 +435,16 @@ bool tk_tls_ready(const struct tk_tls *t)
     return t->ready;
 }
 
+int tk_tls_channel_binding(const struct tk_tls *t, uint8_t out[TK_TLS_BINDING_LEN])
+{
+    static const char label[] = "EXPORTER-Channel-Binding";
+    if (!t->ready || t->failed)
+        return TK_EPROTO;
+    int rc = wolfSSL_export_keying_material(t->ssl, out, TK_TLS_BINDING_LEN, label,
+                                            sizeof(label) - 1, NULL, 0, 0);
+    return rc == WOLFSSL_SUCCESS ? TK_OK : TK_EPROTO;
+}
+
 const char *tk_tls_error(const struct tk_tls *t)
 {
     return t->failed ? t->err : "";

@@ -68,6 +68,15 @@ void tk_tls_sent(struct tk_tls *t, size_t n);
 
 bool tk_tls_ready(const struct tk_tls *t); /* handshake done */
 
+/* The channel binding of a finished handshake (RFC 9266 "tls-exporter":
+ * 32 bytes exported under the label "EXPORTER-Channel-Binding", no
+ * context): equal on both ends of one TLS session and different for any
+ * other, so a proof that covers it cannot be relayed onto a second TLS
+ * connection. TK_OK, or TK_EPROTO before the handshake is done or if the
+ * library cannot export. */
+#define TK_TLS_BINDING_LEN 32
+int tk_tls_channel_binding(const struct tk_tls *t, uint8_t out[TK_TLS_BINDING_LEN]);
+
 /* Frees what wolfSSL keeps per thread (its ECC fixed-point cache); a
  * thread that used TLS calls it before it exits, else the cache leaks. */
 void tk_tls_thread_done(void);

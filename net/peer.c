@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "core/auth.h"
+#include "core/handshake.h"
 #include "core/proto.h"
 #include "core/tls.h"
 
@@ -88,7 +89,7 @@ struct tk_plink {
     bool resolve_failed;   /* the last lookup failed (logged once until one succeeds) */
     char addr[TK_ADDR_MAX];
     uint64_t remote_id;
-    char snonce[TK_AUTH_HEX_LEN + 1], cnonce[TK_AUTH_HEX_LEN + 1];
+    struct tk_hs hs; /* the peer handshake (core/handshake.h) */
     uint8_t *in;
     size_t in_len, in_cap;
     uint8_t *out, *snd;
@@ -144,6 +145,7 @@ struct resolver {
 
 struct tk_peers {
     struct tk_server *s;
+    char self[TK_ADDR_MAX]; /* this node's peer address: what an AUTH must name */
     struct tk_peer_cb cb;
     struct io_uring ring;
     int listen_fd;
@@ -939,6 +941,16 @@ bool tk_plink_ready(const struct tk_plink *l)
     return l && l->state == L_READY;
 }
 
+void tk_plink_mac(const struct tk_plink *l,
+                  const char *label,
+                  const void *data,
+                  size_t len,
+                  uint8_t out[TK_AUTH_MAC_LEN])
+{
+    TK_ASSERT(l->state == L_READY);
+    tk_hs_mac(&l->hs, label, data, len, out);
+}
+
 uint64_t tk_plink_remote_id(const struct tk_plink *l)
 {
     return l->remote_id;
@@ -972,7 +984,7 @@ bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_
 }
 
 /* ------------------------------------------------------------------ */
-/* Handshake (SPEC 2 with the peer secret and the TICKETING-PEER/1 banner) */
+/* Handshake (SPEC 2 with the peer secret: TICKETING-PEER/2, core/handshake.h) */
 
 static void send_line(struct tk_plink *l, const char *line, size_t n)
 {
@@ -1008,64 +1020,55 @@ static void hs_fail(struct tk_peers *p, struct tk_plink *l, bool tell, const cha
     tk_plink_close(p, l);
 }
 
+/* One handshake line, through core/handshake.c. On a TLS link the proofs
+ * cover the session's channel binding, taken before the first line (the
+ * lines come only once TLS is done). */
 static void hs_line(struct tk_peers *p, struct tk_plink *l, const char *line, size_t len)
 {
     struct tk_server *s = p->s;
-    char proof[TK_AUTH_HEX_LEN + 1];
-    if (l->state == L_BANNER) { /* outbound: server's banner */
-        const char *sn;
-        if (!tk_proto_parse_banner(line, len, true, &sn)) {
-            hs_fail(p, l, false, "malformed banner (not a Ticketing peer port?)");
+    if (l->tls && l->hs.binding[0] == '-') {
+        uint8_t b[TK_TLS_BINDING_LEN];
+        if (tk_tls_channel_binding(l->tls, b) != TK_OK) {
+            hs_fail(p, l, false, "no TLS channel binding to bind the proof to");
             return;
         }
-        memcpy(l->snonce, sn, TK_AUTH_HEX_LEN);
-        l->snonce[TK_AUTH_HEX_LEN] = 0;
-        if (tk_auth_nonce(l->cnonce) != TK_OK) {
-            hs_fail(p, l, false, "no random bytes for a nonce");
-            return;
-        }
-        tk_auth_proof(s->peer_secret, s->peer_secret_len, false, l->snonce, l->cnonce, proof);
-        char out[200];
-        size_t n = tk_proto_fmt_auth(out, sizeof(out), l->cnonce, proof);
+        tk_hs_bind(&l->hs, b);
+    }
+    if (!l->outbound) { /* the OK line carries what this node is now */
+        l->hs.node_id = s->node_id;
+        l->hs.domain[0] = atomic_load(&s->domain_lo);
+        l->hs.domain[1] = atomic_load(&s->domain_hi);
+    }
+    char out[TK_HS_LINE_MAX];
+    size_t n = 0;
+    enum tk_hs_state st = tk_hs_line(&l->hs, line, len, out, sizeof(out), &n);
+    if (st == TK_HS_FAILED) {
+        hs_fail(p, l, l->hs.tell, tk_hs_why(&l->hs));
+        return;
+    }
+    if (n)
         send_line(l, out, n);
+    if (st == TK_HS_OK) {
         l->state = L_OK;
-    } else if (l->state == L_OK) { /* outbound: server's OK */
-        const char *sproof;
-        uint64_t id, dom[2];
-        if (!tk_proto_parse_ok(line, len, &sproof, &id, dom)) {
-            hs_fail(p, l, false, "refused, or a malformed OK line (is the peer secret the same?)");
-            return;
+    } else if (st == TK_HS_DONE) {
+        if (l->outbound) {
+            l->remote_id = l->hs.node_id;
+            l->backoff_us = BACKOFF_MIN_US;
         }
-        tk_auth_proof(s->peer_secret, s->peer_secret_len, true, l->snonce, l->cnonce, proof);
-        if (!tk_auth_equal(proof, sproof, TK_AUTH_HEX_LEN)) {
-            hs_fail(p, l, false, "bad proof from the server (a different peer secret)");
-            return;
-        }
-        l->remote_id = id;
-        l->state = L_READY;
-        l->backoff_us = BACKOFF_MIN_US;
-        p->st.handshakes++;
-    } else if (l->state == L_AUTH) { /* inbound: the dialler's AUTH */
-        const char *cn, *cproof;
-        if (!tk_proto_parse_auth(line, len, &cn, &cproof)) {
-            hs_fail(p, l, true, "malformed AUTH line");
-            return;
-        }
-        memcpy(l->cnonce, cn, TK_AUTH_HEX_LEN);
-        l->cnonce[TK_AUTH_HEX_LEN] = 0;
-        tk_auth_proof(s->peer_secret, s->peer_secret_len, false, l->snonce, l->cnonce, proof);
-        if (!tk_auth_equal(proof, cproof, TK_AUTH_HEX_LEN)) {
-            hs_fail(p, l, true, "bad proof");
-            return;
-        }
-        tk_auth_proof(s->peer_secret, s->peer_secret_len, true, l->snonce, l->cnonce, proof);
-        uint64_t dom[2] = {atomic_load(&s->domain_lo), atomic_load(&s->domain_hi)};
-        char out[200];
-        size_t n = tk_proto_fmt_ok(out, sizeof(out), proof, s->node_id, dom);
-        send_line(l, out, n);
         l->state = L_READY;
         p->st.handshakes++;
     }
+}
+
+/* An outbound link's socket connected: its handshake begins, meant for
+ * the address dialled. */
+static bool hs_dial(struct tk_peers *p, struct tk_plink *l)
+{
+    char cnonce[TK_AUTH_HEX_LEN + 1];
+    if (tk_auth_nonce(cnonce) != TK_OK)
+        return false;
+    tk_hs_dial(&l->hs, p->s->peer_secret, p->s->peer_secret_len, l->addr, cnonce);
+    return true;
 }
 
 /* Parses what arrived: handshake lines first, then frames. */
@@ -1169,14 +1172,16 @@ static void on_accept(struct tk_peers *p, int fd)
     l->fd = fd;
     l->state = L_AUTH;
     l->deadline_us = tk_now_us() + (uint64_t)p->s->opt.handshake_ms * 1000u;
-    if (tk_auth_nonce(l->snonce) != TK_OK || (p->tls_server && !tls_begin(p, l))) {
+    char snonce[TK_AUTH_HEX_LEN + 1];
+    if (tk_auth_nonce(snonce) != TK_OK || (p->tls_server && !tls_begin(p, l))) {
         tk_plink_close(p, l);
         link_finish_close(p, l); /* nothing in flight: frees it */
         return;
     }
     /* With TLS the banner waits inside TLS for the handshake to finish. */
-    char line[128];
-    size_t n = tk_proto_fmt_banner(line, sizeof(line), true, l->snonce);
+    char line[TK_HS_LINE_MAX];
+    size_t n = tk_hs_listen(&l->hs, p->s->peer_secret, p->s->peer_secret_len, p->self, snonce,
+                            line, sizeof(line));
     send_line(l, line, n);
     arm_recv(p, l);
 }
@@ -1214,6 +1219,10 @@ static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
                 link_finish_close(p, l);
             } else if (p->tls_client && !tls_begin(p, l)) {
                 link_warn(p, l, "cannot start TLS (out of memory)");
+                tk_plink_close(p, l);
+                link_finish_close(p, l);
+            } else if (!hs_dial(p, l)) {
+                link_warn(p, l, "no random bytes for a handshake nonce");
                 tk_plink_close(p, l);
                 link_finish_close(p, l);
             } else {
@@ -1360,14 +1369,17 @@ int tk_peers_ring_fd(const struct tk_peers *p)
 }
 
 int tk_peers_create(struct tk_server *s,
+                    const char *self,
                     const struct tk_peer_cb *cb,
                     int wake_fd,
                     struct tk_peers **out)
 {
+    TK_ASSERT(strlen(self) >= 1 && strlen(self) <= TK_HS_ADDR_MAX);
     struct tk_peers *p = calloc(1, sizeof(*p));
     if (!p)
         return TK_ENOMEM;
     p->s = s;
+    snprintf(p->self, sizeof(p->self), "%s", self);
     p->cb = *cb;
     p->wake_fd = wake_fd;
     p->listen_fd = -1;

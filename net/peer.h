@@ -1,6 +1,8 @@
 /* Peer links of the Raft thread (SPEC 2, 9): its own io_uring, outbound
  * links that redial with backoff, inbound links from the peer listener, the
- * TICKETING-PEER/1 handshake with the peer secret, and frame I/O.
+ * TICKETING-PEER/2 handshake with the peer secret (core/handshake.h: each
+ * proof is bound to the address dialled and, with TLS, to the session),
+ * and frame I/O.
  *
  * Each node sends its messages on the link it dialled to the receiver and
  * receives on the links the others dialled to it, so a pair of nodes uses
@@ -19,6 +21,7 @@
 #ifndef TK_NET_PEER_H
 #define TK_NET_PEER_H
 
+#include "core/auth.h"
 #include "net/server.h"
 #include "raft/wire.h"
 
@@ -34,7 +37,8 @@ struct tk_peer_cb {
     void *ctx;
 };
 
-/* Listens on the peer port. wake_fd (eventfd) is polled in the same ring;
+/* Listens on the peer port. self is this node's peer address as --peers
+ * lists it: an inbound handshake must name it (core/handshake.h). wake_fd (eventfd) is polled in the same ring;
  * resolver threads write it too, until tk_peers_destroy(), which must come
  * before wake_fd is closed. Lookups still running then finish (and are
  * dropped) on their own threads: destroy does not wait for DNS. With
@@ -42,6 +46,7 @@ struct tk_peer_cb {
  * tls_key and tls_ca (required then); a file that cannot be used fails the
  * call (TK_EINVAL) after an error line naming the file and the cause. */
 int tk_peers_create(struct tk_server *s,
+                    const char *self,
                     const struct tk_peer_cb *cb,
                     int wake_fd,
                     struct tk_peers **out);
@@ -60,6 +65,13 @@ struct tk_plink *tk_peers_find(struct tk_peers *p, const char *addr);
 bool tk_plink_ready(const struct tk_plink *l);
 uint64_t tk_plink_remote_id(const struct tk_plink *l);
 const char *tk_plink_addr(const struct tk_plink *l); /* outbound: the dialled address */
+/* A MAC over data that only the two ends of this link's handshake can
+ * make (tk_hs_mac); the link must be ready. */
+void tk_plink_mac(const struct tk_plink *l,
+                  const char *label,
+                  const void *data,
+                  size_t len,
+                  uint8_t out[TK_AUTH_MAC_LEN]);
 /* Closes the connection (an outbound link redials later). */
 void tk_plink_close(struct tk_peers *p, struct tk_plink *l);
 

@@ -415,7 +415,7 @@ int tk_raftd_create(struct tk_server *s)
     if (s->opt.peers[0]) {
         r->membership = RAFTD_BOOTSTRAPPING;
         struct tk_peer_cb cb = {.frame = raftd_on_frame, .woke = raftd_woke, .ctx = r};
-        rc = tk_peers_create(s, &cb, r->wake.fd, &r->peers);
+        rc = tk_peers_create(s, r->peer_addr[r->self], &cb, r->wake.fd, &r->peers);
         if (rc != TK_OK)
             return rc;
         for (uint32_t i = 0; i < r->npeers; i++)

@@ -194,6 +194,11 @@ static void send_join_reply(struct tk_raftd *r, struct tk_plink *l, uint64_t to,
         rep.join_reply.leader_peer_addr =
             (struct tk_raft_str){lm->peer_addr, (uint16_t)strlen(lm->peer_addr)};
     }
+    /* Signed for this link's handshake alone: ticketctl believes only an
+     * answer that the node it authenticated made. */
+    char text[TK_WIRE_REPLY_TEXT_MAX];
+    size_t n = tk_wire_join_reply_text(&rep, text, sizeof(text));
+    tk_plink_mac(l, "reply", text, n, rep.join_reply.mac);
     /* On the link the request came in on: the joiner reads every link it
      * dialled, and its address is not a member's yet. */
     struct tk_wire_frame f = {.msg = rep};

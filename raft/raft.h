@@ -276,6 +276,10 @@ struct tk_raft_msg {
             uint8_t status;     /* enum tk_raft_join_status */
             uint64_t leader_id; /* 0 if unknown */
             struct tk_raft_str leader_peer_addr;
+            /* The sender's MAC of the three fields above, bound to the
+             * link's handshake (tk_wire_join_reply_text, tk_hs_mac): what
+             * lets `ticketctl remove-member` trust the answer. */
+            uint8_t mac[32];
         } join_reply;
         struct {                 /* PROBE: "which domain, which leader?" */
             uint64_t peers_hash; /* hash of the sender's --peers, so peers can agree */

@@ -85,7 +85,7 @@ static size_t payload_len(const struct tk_raft_msg *m)
         case TK_RAFT_MSG_JOIN:
             return 4 + (size_t)m->join.peer_addr.len + m->join.client_addr.len;
         case TK_RAFT_MSG_JOIN_REPLY:
-            return 11 + (size_t)m->join_reply.leader_peer_addr.len;
+            return 11 + (size_t)m->join_reply.leader_peer_addr.len + sizeof(m->join_reply.mac);
         case TK_RAFT_MSG_PROBE:
             return 13 + (size_t)m->probe.peer_addr.len + m->probe.client_addr.len;
         case TK_RAFT_MSG_PROBE_REPLY:
@@ -178,6 +178,7 @@ static void encode_payload(struct wbuf *w, const struct tk_raft_msg *m)
             w_u8(w, m->join_reply.status);
             w_u64(w, m->join_reply.leader_id);
             w_str(w, m->join_reply.leader_peer_addr);
+            w_bytes(w, m->join_reply.mac, sizeof(m->join_reply.mac));
             break;
         case TK_RAFT_MSG_PROBE:
             w_u64(w, m->probe.peers_hash);
@@ -413,6 +414,9 @@ static void decode_payload(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire
             m->join_reply.status = r_u8(r);
             m->join_reply.leader_id = r_u64(r);
             m->join_reply.leader_peer_addr = r_str(r, true);
+            const uint8_t *mac = r_bytes(r, sizeof(m->join_reply.mac));
+            if (mac)
+                memcpy(m->join_reply.mac, mac, sizeof(m->join_reply.mac));
             if (m->join_reply.status > TK_RAFT_JOIN_REMOVED)
                 r->bad = true;
             break;
@@ -480,4 +484,29 @@ int tk_wire_decode(const uint8_t *buf,
         return TK_EPROTO;
     *f = d;
     return TK_OK;
+}
+
+size_t tk_wire_join_reply_text(const struct tk_raft_msg *m, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789abcdef";
+    const struct tk_raft_str *a = &m->join_reply.leader_peer_addr;
+    TK_ASSERT(m->type == TK_RAFT_MSG_JOIN_REPLY);
+    TK_ASSERT(cap >= TK_WIRE_REPLY_TEXT_MAX);
+    TK_ASSERT(a->len <= TK_RAFT_ADDR_MAX);
+    size_t n = 0;
+    uint8_t st = m->join_reply.status;
+    TK_ASSERT(st < 10);
+    out[n++] = (char)('0' + st);
+    out[n++] = ' ';
+    for (int i = 15; i >= 0; i--)
+        out[n++] = hex[(m->join_reply.leader_id >> (4 * i)) & 15];
+    out[n++] = ' ';
+    if (a->len == 0) {
+        out[n++] = '-';
+    } else {
+        memcpy(out + n, a->p, a->len);
+        n += a->len;
+    }
+    TK_ASSERT(n <= cap);
+    return n;
 }

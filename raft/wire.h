@@ -96,4 +96,10 @@ size_t tk_wire_encoded_len(const struct tk_wire_frame *f);
  * filled by the driver with valid strings); violations panic. */
 size_t tk_wire_encode(const struct tk_wire_frame *f, uint8_t *buf, size_t cap);
 
+/* The text a JOIN_REPLY's mac covers: "<status> <leader id, 16 hex>
+ * <leader peer address or ->" into out; its length. The sender and the
+ * receiver (ticketctl remove-member) make it the same way. */
+#define TK_WIRE_REPLY_TEXT_MAX (4 + 17 + 256)
+size_t tk_wire_join_reply_text(const struct tk_raft_msg *m, char *out, size_t cap);
+
 #endif

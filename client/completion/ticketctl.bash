@@ -12,11 +12,11 @@ _ticketctl()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev="" flag="" w cmd="" key="" i
     local commands="run acquire release query ping status members remove-member"
-    local flags="--addr --secret-file --peer-secret-file --owner --tls-ca --tls-cert --tls-key
+    local flags="--addr --secret-file --peer-secret-file --peers --owner --tls-ca --tls-cert --tls-key
         --tls-server-name --lease --wait --timeout --grace --token --count --admin-port --json
         -v --verbose --version --help"
     local with_file="--secret-file --peer-secret-file --tls-ca --tls-cert --tls-key"
-    local with_value="$with_file --addr --owner --tls-server-name --lease --wait --timeout --grace
+    local with_value="$with_file --addr --peers --owner --tls-server-name --lease --wait --timeout --grace
         --token --count --admin-port"
     COMPREPLY=()
     ((COMP_CWORD > 0)) && prev=${COMP_WORDS[COMP_CWORD - 1]}

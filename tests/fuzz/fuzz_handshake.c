@@ -4,17 +4,26 @@
  * buffer), and every line goes through every handshake parser:
  *   tk_proto_parse_banner(client), tk_proto_parse_banner(peer) - what a
  *     client or a peer reads first from a server;
- *   tk_proto_parse_auth - what a server (client port or peer port) reads;
- *   tk_proto_parse_ok - what a client or a peer reads back.
+ *   tk_proto_parse_auth - what the client port reads;
+ *   tk_proto_parse_peer_auth - what the peer port reads (TICKETING-PEER/2);
+ *   tk_proto_parse_ok - what a client or a peer reads back;
+ * and then through the peer handshake's state machine (core/handshake.c)
+ * in each state that reads a line: a dialler waiting for the banner, a
+ * dialler waiting for OK, a listener waiting for AUTH, the whole input
+ * also fed in order to one dialler and one listener.
  * Checked: accepted lines format back to exactly themselves (less a final
  * "\r") with tk_proto_fmt_banner/auth/ok; returned pointers lie inside the
  * line with their 64 hex chars; the proofs feed tk_auth_proof() and
  * tk_auth_equal() as the servers do (ASan checks those reads); a line is
- * never both a client and a peer banner, nor two kinds of line at once.
+ * never both a client and a peer banner, nor two kinds of line at once;
+ * the state machine only moves forward, answers with at most one line
+ * ending in "\n", and never finishes a listener or an OK without the
+ * secret (random input cannot make a proof).
  */
 #include "tests/fuzz/fuzz.h"
 
 #include "core/auth.h"
+#include "core/handshake.h"
 #include "core/proto.h"
 
 static const uint8_t SECRET[] = "fuzzing-secret-0123456789";
@@ -37,7 +46,7 @@ static void same_line(const char *out, size_t n, const char *line, size_t len)
 
 static void one_line(const char *line, size_t len)
 {
-    char out[256];
+    char out[TK_HS_LINE_MAX];
     char proof[TK_AUTH_HEX_LEN + 1] = {0};
     int kinds = 0;
     for (int peer = 0; peer <= 1; peer++) {
@@ -65,6 +74,17 @@ static void one_line(const char *line, size_t len)
         tk_auth_proof(SECRET, sizeof(SECRET) - 1, true, cnonce, cnonce, proof);
     }
 
+    const char *to = NULL;
+    size_t to_len = 0;
+    if (tk_proto_parse_peer_auth(line, len, &cnonce, &cproof, &to, &to_len)) {
+        kinds++;
+        FUZZ_CHECK(fuzz_inside(cnonce, TK_AUTH_HEX_LEN, line, len));
+        FUZZ_CHECK(fuzz_inside(to, to_len, line, len));
+        FUZZ_CHECK(to_len >= 1 && to_len <= TK_PROTO_PEER_ADDR_MAX);
+        same_line(out, tk_proto_fmt_peer_auth(out, sizeof(out), cnonce, cproof, to, to_len),
+                  line, len);
+    }
+
     const char *sproof = NULL;
     uint64_t node_id = 0, domain[2] = {0, 0};
     if (tk_proto_parse_ok(line, len, &sproof, &node_id, domain)) {
@@ -77,14 +97,57 @@ static void one_line(const char *line, size_t len)
     FUZZ_CHECK(kinds <= 1);
 }
 
+/* One line into h (a state that reads lines); the state machine's own
+ * promises checked. */
+static void hs_step(struct tk_hs *h, const char *line, size_t len)
+{
+    if (h->state == TK_HS_DONE || h->state == TK_HS_FAILED)
+        return;
+    uint8_t before = h->state;
+    char out[TK_HS_LINE_MAX];
+    size_t n = 99999;
+    enum tk_hs_state st = tk_hs_line(h, line, len, out, sizeof(out), &n);
+    FUZZ_CHECK(st == h->state);
+    FUZZ_CHECK(n == 0 || (n <= sizeof(out) && out[n - 1] == '\n'));
+    FUZZ_CHECK(memchr(out, '\n', n > 0 ? n - 1 : 0) == NULL);
+    /* Only a banner moves a dialler on without a proof; nothing random
+     * finishes a handshake. */
+    FUZZ_CHECK(st != TK_HS_DONE);
+    FUZZ_CHECK(st == TK_HS_FAILED || (before == TK_HS_BANNER && st == TK_HS_OK));
+    if (st == TK_HS_FAILED)
+        FUZZ_CHECK(tk_hs_why(h)[0] != '\0');
+}
+
+#define HEX_Z "0000000000000000000000000000000000000000000000000000000000000000"
+
+static void hs_fresh(struct tk_hs *dial_banner, struct tk_hs *dial_ok, struct tk_hs *listen)
+{
+    char out[TK_HS_LINE_MAX];
+    size_t n;
+    static const char banner[] = "TICKETING-PEER/2 " HEX_Z;
+    tk_hs_dial(dial_banner, SECRET, sizeof(SECRET) - 1, "node-1:7401", HEX_Z);
+    tk_hs_dial(dial_ok, SECRET, sizeof(SECRET) - 1, "node-1:7401", HEX_Z);
+    tk_hs_line(dial_ok, banner, sizeof(banner) - 1, out, sizeof(out), &n);
+    FUZZ_CHECK(dial_ok->state == TK_HS_OK);
+    tk_hs_listen(listen, SECRET, sizeof(SECRET) - 1, "node-1:7401", HEX_Z, out, sizeof(out));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    struct tk_hs dialler, listener, d, o, l;
+    hs_fresh(&dialler, &o, &listener);
     size_t pos = 0;
     while (pos <= size) {
         const uint8_t *nl = pos < size ? memchr(data + pos, '\n', size - pos) : NULL;
         size_t len = nl != NULL ? (size_t)(nl - (data + pos)) : size - pos;
         char *line = fuzz_dup(data + pos, len);
         one_line(line, len);
+        hs_fresh(&d, &o, &l); /* this line alone, in each state */
+        hs_step(&d, line, len);
+        hs_step(&o, line, len);
+        hs_step(&l, line, len);
+        hs_step(&dialler, line, len); /* and the input in order */
+        hs_step(&listener, line, len);
         free(line);
         pos += len + 1;
     }

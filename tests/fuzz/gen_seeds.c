@@ -57,7 +57,8 @@ static void text_seeds(void)
     put_str("request", "fatal", " P\n\nA\tx 1\n");
 
     put_str("handshake", "client", "TICKETING/1 " HEX_A "\nAUTH " HEX_A " " HEX_B "\n");
-    put_str("handshake", "peer", "TICKETING-PEER/1 " HEX_B "\r\n");
+    put_str("handshake", "peer", "TICKETING-PEER/2 " HEX_B "\r\n");
+    put_str("handshake", "peer_auth", "AUTH " HEX_A " " HEX_B " node-1.peers:7401\n");
     put_str("handshake", "ok", "OK " HEX_B " 00000000000000ab 0000000000000001000000000000000f\n");
     put_str("handshake", "refused", "E - auth\n");
 

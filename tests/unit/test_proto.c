@@ -860,7 +860,7 @@ Test(proto_handshake, banner)
     cr_assert_not(tk_proto_parse_banner(line, n - 1, true, &nonce));
     cr_assert_eq(tk_proto_fmt_banner(line, n - 1, false, HEX_A), 0);
     n = tk_proto_fmt_banner(line, sizeof line, true, HEX_B);
-    cr_assert(memcmp(line, "TICKETING-PEER/1 " HEX_B "\n", n) == 0);
+    cr_assert(memcmp(line, "TICKETING-PEER/2 " HEX_B "\n", n) == 0);
     cr_assert(tk_proto_parse_banner(line, n - 1, true, &nonce));
     cr_assert_not(tk_proto_parse_banner(line, n - 1, false, &nonce));
     const char cr[] = "TICKETING/1 " HEX_A "\r";
@@ -898,6 +898,30 @@ Test(proto_handshake, auth)
     cr_assert_not(tk_proto_parse_auth(bad5, sizeof bad5 - 1, &cn, &cp));
     const char good_cr[] = "AUTH " HEX_A " " HEX_B "\r";
     cr_assert(tk_proto_parse_auth(good_cr, sizeof good_cr - 1, &cn, &cp));
+}
+
+Test(proto_handshake, peer_auth_names_the_address_meant)
+{
+    char line[512];
+    const char *cn = NULL, *cp = NULL, *to = NULL;
+    size_t to_len = 0;
+    size_t n = tk_proto_fmt_peer_auth(line, sizeof line, HEX_A, HEX_B, "node-1:7401", 11);
+    cr_assert(n == 5 + 64 + 1 + 64 + 1 + 11 + 1);
+    cr_assert(tk_proto_parse_peer_auth(line, n - 1, &cn, &cp, &to, &to_len));
+    cr_assert(memcmp(cn, HEX_A, 64) == 0 && memcmp(cp, HEX_B, 64) == 0);
+    cr_assert(to_len == 11 && memcmp(to, "node-1:7401", 11) == 0);
+    cr_assert_not(tk_proto_parse_auth(line, n - 1, &cn, &cp), "not a client AUTH");
+    cr_assert_eq(tk_proto_fmt_peer_auth(line, n - 1, HEX_A, HEX_B, "node-1:7401", 11), 0);
+    const char v1[] = "AUTH " HEX_A " " HEX_B;
+    cr_assert_not(tk_proto_parse_peer_auth(v1, sizeof v1 - 1, &cn, &cp, &to, &to_len));
+    const char ctl[] = "AUTH " HEX_A " " HEX_B " a\x7f:1";
+    cr_assert_not(tk_proto_parse_peer_auth(ctl, sizeof ctl - 1, &cn, &cp, &to, &to_len));
+    char lng[600];
+    int k = snprintf(lng, sizeof lng, "AUTH %s %s ", HEX_A, HEX_B);
+    memset(lng + k, 'h', 256);
+    cr_assert_not(tk_proto_parse_peer_auth(lng, (size_t)k + 256, &cn, &cp, &to, &to_len),
+                  "an address of 256 bytes");
+    cr_assert(tk_proto_parse_peer_auth(lng, (size_t)k + 255, &cn, &cp, &to, &to_len));
 }
 
 Test(proto_handshake, ok)

@@ -122,6 +122,31 @@ Test(tls, handshake_then_lines_both_ways)
     tk_tls_ctx_unref(cc);
 }
 
+/* The channel binding is the same on both ends of one session and differs
+ * between two sessions, so a proof over it cannot be carried to another. */
+Test(tls, channel_binding_names_one_session)
+{
+    struct tk_tls_ctx *sc = server_ctx("node", false), *cc = client_ctx("ca", NULL);
+    uint8_t first[2][TK_TLS_BINDING_LEN], second[2][TK_TLS_BINDING_LEN];
+    for (int round = 0; round < 2; round++) {
+        struct tk_tls *s = tk_tls_new(sc, NULL), *c = tk_tls_new(cc, "localhost");
+        uint8_t(*b)[TK_TLS_BINDING_LEN] = round == 0 ? first : second;
+        cr_assert_eq(tk_tls_channel_binding(c, b[0]), TK_EPROTO, "none before the handshake");
+        char s_got[512] = "", c_got[512] = "";
+        cr_assert_eq(tk_tls_write(s, "HELLO\n", 6), TK_OK);
+        cr_assert_eq(pump(c, s, c_got, s_got), TK_OK);
+        cr_assert(tk_tls_ready(s) && tk_tls_ready(c));
+        cr_assert_eq(tk_tls_channel_binding(s, b[0]), TK_OK);
+        cr_assert_eq(tk_tls_channel_binding(c, b[1]), TK_OK);
+        cr_assert(memcmp(b[0], b[1], TK_TLS_BINDING_LEN) == 0, "both ends agree");
+        tk_tls_free(s);
+        tk_tls_free(c);
+    }
+    cr_assert(memcmp(first[0], second[0], TK_TLS_BINDING_LEN) != 0, "another session differs");
+    tk_tls_ctx_unref(sc);
+    tk_tls_ctx_unref(cc);
+}
+
 static void refused_handshake(struct tk_tls_ctx *sc,
                               struct tk_tls_ctx *cc,
                               const char *name,

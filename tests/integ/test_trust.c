@@ -1,0 +1,348 @@
+/* Goal: the trust boundaries around the peer port hold. A peer proof
+ * cannot be borrowed: a process that relays `ticketctl remove-member`'s
+ * handshake to the leader gets no authenticated link and removes nothing,
+ * and ticketctl reports success only on an answer the node it
+ * authenticated signed.
+ *
+ * Method: a real 3-node cluster (fast timers) on 127.0.0.1, the real
+ * ticketctl binary, and in the test process a relay: it listens where a
+ * stale address of the operator's list points (a client port, its peer
+ * port + 1 and its admin port + 2), answers /status there with the
+ * leader's own /status rewritten to name the relay as the leader's peer
+ * address (what an earlier ticketctl followed), and pumps the peer port's
+ * bytes to and from the real leader. A second stand-in holds the peer
+ * secret and completes the handshake, then answers the REMOVE with a
+ * JOIN_REPLY whose MAC is wrong, as an attacker on the path of a
+ * plaintext link could. */
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/tk.h"
+#include "tests/support/tk_cluster.h"
+#include "tests/support/tk_peer.h"
+
+#define TICKETCTL TK_BIN_DIR "/ticketctl"
+
+static struct tk_cluster cl;
+
+static void setup_cluster(void)
+{
+    static const char *const fast[] = {"--heartbeat-ms", "50", "--election-ms", "400", NULL};
+    cr_assert_eq(tk_cluster_start(&cl, 3, fast), 0, "the cluster did not elect a leader");
+}
+
+static void teardown_cluster(void)
+{
+    tk_cluster_stop(&cl);
+}
+
+TestSuite(trust, .init = setup_cluster, .fini = teardown_cluster, .timeout = 120);
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+/* Runs ticketctl with args (NULL-terminated) to completion, stdout and
+ * stderr into out; its exit code, or -1 if it ran past 30 s. */
+static int ctl(const char *const *args, char *out, size_t cap)
+{
+    char path[] = "/tmp/tk-trust-out-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    char *argv[32];
+    int a = 0;
+    argv[a++] = TICKETCTL;
+    for (int i = 0; args[i] != NULL && a < 31; i++)
+        argv[a++] = (char *)args[i];
+    argv[a] = NULL;
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st = 0, code = -1;
+    for (uint64_t end = tk_test_ms() + 30000; tk_test_ms() < end; usleep(10000))
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            code = WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+            break;
+        }
+    if (code == -1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return code;
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static int listen_on(uint32_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0, "bind %u", port);
+    cr_assert_eq(listen(fd, 16), 0);
+    return fd;
+}
+
+/* A NodeId as `members` and remove-member write it. */
+static void hex_id(uint64_t v, char out[17])
+{
+    snprintf(out, 17, "%016llx", (unsigned long long)v);
+}
+
+/* Stops follower f long enough for the leader to stop hearing it: from
+ * then on a removal of it would be accepted. */
+static void stop_follower(int f)
+{
+    cr_assert_eq(tk_pause_pid(cl.node[f].pid), 0);
+    usleep(1200 * 1000); /* past the election timeout (400-500 ms) */
+}
+
+static bool is_member(int leader, uint64_t id)
+{
+    struct tk_member m[TK_CLUSTER_MEMBERS_MAX];
+    int n = tk_cluster_members(&cl, leader, m, TK_CLUSTER_MEMBERS_MAX, NULL);
+    cr_assert_geq(n, 0);
+    for (int i = 0; i < n; i++)
+        if (m[i].id == id)
+            return true;
+    return false;
+}
+
+/* ---- the relay --------------------------------------------------------------------- */
+
+struct relay {
+    uint32_t base;   /* its "client port"; +1 peer, +2 admin */
+    uint32_t leader; /* the real leader's client port */
+    int peer_fd, admin_fd;
+    atomic_bool stop;
+    atomic_bool saw_ok;   /* the leader answered a relayed AUTH with OK */
+    atomic_int relayed;   /* connections relayed to the leader */
+    char leader_says[64]; /* the leader's first line after the AUTH */
+};
+
+/* /status of the leader, with its peer address replaced by ours: what a
+ * process on a freed admin port can answer. */
+static void relay_status(struct relay *r, int fd)
+{
+    static char body[1 << 16], out[(1 << 16) + 256];
+    char buf[1024], real[32], fake[32];
+    ssize_t got = recv(fd, buf, sizeof buf, 0);
+    (void)got;
+    if (tk_http_get(r->leader + 2, "/status", body, sizeof body) != 200)
+        return;
+    snprintf(real, sizeof real, "127.0.0.1:%u", r->leader + 1);
+    snprintf(fake, sizeof fake, "127.0.0.1:%u", r->base + 1);
+    size_t o = 0;
+    for (const char *p = body; *p != '\0' && o < sizeof out - 64;) {
+        if (strncmp(p, real, strlen(real)) == 0) {
+            o += (size_t)snprintf(out + o, sizeof out - o, "%s", fake);
+            p += strlen(real);
+        } else {
+            out[o++] = *p++;
+        }
+    }
+    out[o] = '\0';
+    char head[256];
+    int h = snprintf(head, sizeof head,
+                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                     o);
+    if (send(fd, head, (size_t)h, MSG_NOSIGNAL) == h)
+        send(fd, out, o, MSG_NOSIGNAL);
+}
+
+/* Bytes both ways between the dialler and the leader's peer port until
+ * either side closes; notes whether the leader said OK. */
+static void relay_pump(struct relay *r, int in)
+{
+    struct tk_tc up;
+    if (tk_tc_connect(&up, r->leader + 1) != 0)
+        return;
+    atomic_fetch_add(&r->relayed, 1);
+    char acc[1024]; /* the leader's first bytes: its banner, then its answer */
+    size_t acc_len = 0;
+    struct pollfd p[2] = {{.fd = in, .events = POLLIN}, {.fd = up.fd, .events = POLLIN}};
+    while (!atomic_load(&r->stop) && poll(p, 2, 100) >= 0) {
+        for (int i = 0; i < 2; i++) {
+            if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            char buf[8192];
+            ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
+            if (n <= 0)
+                goto done;
+            if (i == 1 && r->leader_says[0] == '\0') {
+                size_t k = TK_MIN((size_t)n, sizeof acc - 1 - acc_len);
+                memcpy(acc + acc_len, buf, k);
+                acc[acc_len += k] = '\0';
+                char *nl = strchr(acc, '\n');
+                char *second = nl ? nl + 1 : NULL;
+                if (second && strchr(second, '\n')) {
+                    snprintf(r->leader_says, sizeof r->leader_says, "%.*s",
+                             (int)strcspn(second, "\n"), second);
+                    atomic_store(&r->saw_ok, strncmp(second, "OK ", 3) == 0);
+                }
+            }
+            send(p[1 - i].fd, buf, (size_t)n, MSG_NOSIGNAL);
+        }
+    }
+done:
+    tk_tc_close(&up);
+}
+
+static void *relay_main(void *arg)
+{
+    struct relay *r = arg;
+    struct pollfd p[2] = {{.fd = r->peer_fd, .events = POLLIN},
+                          {.fd = r->admin_fd, .events = POLLIN}};
+    while (!atomic_load(&r->stop)) {
+        if (poll(p, 2, 100) <= 0)
+            continue;
+        for (int i = 0; i < 2; i++) {
+            if (!(p[i].revents & POLLIN))
+                continue;
+            int fd = accept(p[i].fd, NULL, NULL);
+            if (fd < 0)
+                continue;
+            if (i == 0)
+                relay_pump(r, fd);
+            else
+                relay_status(r, fd);
+            close(fd);
+        }
+    }
+    return NULL;
+}
+
+/* ---- tests -------------------------------------------------------------------------- */
+
+Test(trust, a_relayed_remove_member_is_refused_and_removes_nothing)
+{
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    int f = (l + 1) % 3;
+    uint64_t gone = tk_cluster_node_id(&cl, f);
+    char id[17], addr[64], peer[400], out[4096];
+    hex_id(gone, id);
+    static struct relay r;
+    r.base = tk_free_port3();
+    r.leader = cl.node[l].port;
+    r.peer_fd = listen_on(r.base + 1);
+    r.admin_fd = listen_on(r.base + 2);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, relay_main, &r), 0);
+    stop_follower(f);
+
+    /* The operator's list points at the relay (a stale address). */
+    snprintf(addr, sizeof addr, "--addr=127.0.0.1:%u", r.base);
+    snprintf(peer, sizeof peer, "--peer-secret-file=%s", cl.node[l].peer_secret_file);
+    int code = ctl(ARGS(addr, "remove-member", id, peer, "--timeout", "4s"), out, sizeof out);
+    atomic_store(&r.stop, true);
+    pthread_join(t, NULL);
+    close(r.peer_fd);
+    close(r.admin_fd);
+    kill(cl.node[f].pid, SIGCONT);
+
+    cr_assert_gt(atomic_load(&r.relayed), 0, "ticketctl never reached the relay: %s", out);
+    cr_assert_not(atomic_load(&r.saw_ok),
+                  "the leader authenticated a relayed proof (it said '%s')", r.leader_says);
+    cr_assert_str_eq(r.leader_says, "E - auth");
+    cr_assert_neq(code, 0, "ticketctl reported success through a relay: %s", out);
+    cr_assert(strstr(out, "removed ") == NULL, "%s", out);
+    cr_assert(strstr(out, "another address") != NULL || strstr(out, "refused") != NULL, "%s",
+              out);
+    cr_assert(is_member(l, gone), "the member was removed through the relay");
+    /* The leader says why in its log: the proof was meant for another address. */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "grep -q 'meant for another address' %s", cl.node[l].log_file);
+    cr_assert_eq(system(cmd), 0, "the leader's log does not name the relayed AUTH");
+}
+
+/* ---- a forged answer --------------------------------------------------------------- */
+
+struct forger {
+    int fd;
+    uint32_t port;
+    const char *secret_file;
+    atomic_bool done;
+};
+
+/* Listens as a node whose peer address is 127.0.0.1:port would, holds the
+ * peer secret, completes the handshake, then answers REMOVE "ok" with a
+ * MAC of zeros. */
+static void *forger_main(void *arg)
+{
+    struct forger *g = arg;
+    static uint8_t secret[TK_AUTH_SECRET_MAX];
+    size_t secret_len;
+    char self[32], snonce[TK_AUTH_HEX_LEN + 1], line[TK_HS_LINE_MAX], out[TK_HS_LINE_MAX];
+    snprintf(self, sizeof self, "127.0.0.1:%u", g->port);
+    if (tk_auth_load_secret(g->secret_file, secret, sizeof secret, &secret_len) != TK_OK ||
+        tk_auth_nonce(snonce) != TK_OK)
+        return NULL;
+    struct pollfd p = {.fd = g->fd, .events = POLLIN};
+    if (poll(&p, 1, 10000) != 1)
+        return NULL;
+    static struct tk_tc c;
+    c.fd = accept(g->fd, NULL, NULL);
+    c.len = 0;
+    struct tk_hs hs;
+    size_t n = tk_hs_listen(&hs, secret, secret_len, self, snonce, out, sizeof out);
+    hs.node_id = 0x5151515151515151ull;
+    tk_tc_send_raw(&c, out, n);
+    int k = tk_tc_line(&c, line, sizeof line, 5000);
+    if (k < 0 || tk_hs_line(&hs, line, (size_t)k, out, sizeof out, &n) != TK_HS_DONE) {
+        tk_tc_close(&c);
+        return NULL;
+    }
+    tk_tc_send_raw(&c, out, n);
+    /* The REMOVE frame (not read: any answer will do), then the forgery. */
+    usleep(200 * 1000);
+    struct tk_wire_frame f = {.msg = {.type = TK_RAFT_MSG_JOIN_REPLY, .from = 0x5151515151515151ull}};
+    f.msg.join_reply.status = TK_RAFT_JOIN_OK;
+    tk_peer_send(&c, &f);
+    atomic_store(&g->done, true);
+    usleep(500 * 1000);
+    tk_tc_close(&c);
+    return NULL;
+}
+
+Test(trust, an_answer_without_the_nodes_mac_is_not_believed)
+{
+    char peer[400], peers[64], out[4096];
+    static struct forger g;
+    uint32_t base = tk_free_port3();
+    g.port = base + 1;
+    g.fd = listen_on(g.port);
+    g.secret_file = cl.node[0].peer_secret_file;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, forger_main, &g), 0);
+    snprintf(peer, sizeof peer, "--peer-secret-file=%s", g.secret_file);
+    snprintf(peers, sizeof peers, "--peers=127.0.0.1:%u", g.port);
+    int code = ctl(ARGS(peers, "remove-member", "0123456789abcdef", peer,
+                        "--timeout", "2s"),
+                   out, sizeof out);
+    pthread_join(t, NULL);
+    close(g.fd);
+    cr_assert(atomic_load(&g.done), "the stand-in never got to answer: %s", out);
+    cr_assert_eq(code, 82, "exit %d: %s", code, out); /* sent, no authenticated answer */
+    cr_assert(strstr(out, "without the node's MAC") != NULL, "%s", out);
+}
