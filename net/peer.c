@@ -43,8 +43,20 @@
 #include "core/proto.h"
 #include "core/tls.h"
 
-#define LINKS_MAX 64  /* outbound + inbound links */
-#define UNAUTH_MAX 16 /* inbound links still in their handshake */
+#define LINKS_MAX 64 /* outbound + inbound links */
+/* The table is split so that no kind of link can fill it: inbound links
+ * still in their handshake, authenticated inbound links (each member
+ * dials us once; an operator's ticketctl once more), and outbound links,
+ * which the Raft thread opens only to --peers and configuration members
+ * (raftd_send_msg) and prunes when they leave (tk_peers_prune). */
+#define UNAUTH_MAX 16  /* inbound links still in their handshake */
+#define INBOUND_MAX 24 /* authenticated inbound links */
+/* Inbound links of every state, those closing (slot held until the
+ * kernel hands the socket back) included: the budgets above plus slack. */
+#define INBOUND_SLOTS (UNAUTH_MAX + INBOUND_MAX + 8)
+#define OUTBOUND_MAX (LINKS_MAX - INBOUND_SLOTS)
+_Static_assert(OUTBOUND_MAX >= TK_PEERS_MAX + TK_RAFT_MEMBERS_MAX,
+               "room for --peers and a full configuration");
 #define RECV_CHUNK (256u << 10)
 #define IN_CAP_MAX (TK_WIRE_FRAME_MAX + TK_WIRE_LENGTH_LEN + RECV_CHUNK)
 #define OUT_MAX (64u << 20) /* queued bytes per link before it is cut */
@@ -87,6 +99,8 @@ struct tk_plink {
     bool recv_inflight, send_inflight, connect_inflight;
     bool resolve_inflight; /* a lookup of addr is queued or running (one at most) */
     bool resolve_failed;   /* the last lookup failed (logged once until one succeeds) */
+    bool forget;           /* outbound: not wanted any more; freed once nothing is in flight */
+    uint64_t active_us;    /* when its last bytes came in (an inbound link's age for eviction) */
     char addr[TK_ADDR_MAX];
     uint64_t remote_id;
     struct tk_hs hs; /* the peer handshake (core/handshake.h) */
@@ -282,6 +296,21 @@ void tk_plink_close(struct tk_peers *p, struct tk_plink *l)
     }
 }
 
+/* Gives the slot back. An outbound link whose name lookup still runs
+ * waits for it (the job is indexed by slot): resolver_collect frees it. */
+static void link_free(struct tk_peers *p, struct tk_plink *l)
+{
+    if (l->outbound && l->resolve_inflight) {
+        l->state = L_IDLE;
+        return;
+    }
+    p->links[l->slot] = NULL;
+    free(l->in);
+    free(l->out);
+    free(l->snd);
+    free(l);
+}
+
 static void link_finish_close(struct tk_peers *p, struct tk_plink *l)
 {
     if (l->state != L_CLOSING || l->recv_inflight || l->send_inflight || l->connect_inflight)
@@ -294,12 +323,8 @@ static void link_finish_close(struct tk_peers *p, struct tk_plink *l)
     tk_tls_free(l->tls); /* drops its reference to the context it began with */
     l->tls = NULL;
     l->gen++;
-    if (!l->outbound) {
-        p->links[l->slot] = NULL;
-        free(l->in);
-        free(l->out);
-        free(l->snd);
-        free(l);
+    if (!l->outbound || l->forget) {
+        link_free(p, l);
         return;
     }
     link_retry_later(l);
@@ -804,6 +829,10 @@ static void resolver_collect(struct tk_peers *p)
         struct tk_plink *l = p->links[slot];
         TK_ASSERT(l && l->outbound && l->resolve_inflight);
         l->resolve_inflight = false;
+        if (l->forget) {
+            link_free(p, l);
+            continue;
+        }
         if (l->state != L_RESOLVING)
             continue; /* closed meanwhile: its next dial looks up again */
         if (j->rc != TK_OK) {
@@ -917,7 +946,7 @@ struct tk_plink *tk_peers_find(struct tk_peers *p, const char *addr)
 {
     for (uint32_t i = 0; i < LINKS_MAX; i++) {
         struct tk_plink *l = p->links[i];
-        if (l && l->outbound && !strcmp(l->addr, addr))
+        if (l && l->outbound && !l->forget && !strcmp(l->addr, addr))
             return l;
     }
     return NULL;
@@ -928,12 +957,71 @@ struct tk_plink *tk_peers_dial(struct tk_peers *p, const char *addr)
     struct tk_plink *l = tk_peers_find(p, addr);
     if (l)
         return l;
-    l = link_new(p, true);
-    if (!l)
+    uint32_t outbound = 0;
+    for (uint32_t i = 0; i < LINKS_MAX; i++)
+        outbound += p->links[i] && p->links[i]->outbound;
+    if (outbound >= OUTBOUND_MAX) {
+        p->st.dials_refused++; /* the caller's policy should make this impossible */
         return NULL;
+    }
+    l = link_new(p, true);
+    TK_ASSERT(l != NULL); /* the other kinds leave OUTBOUND_MAX slots */
     snprintf(l->addr, sizeof(l->addr), "%s", addr);
     dial(p, l);
     return l;
+}
+
+/* Stops using an outbound link for good: closed if open, its slot freed
+ * once the kernel and the resolver are done with it. */
+static void link_forget(struct tk_peers *p, struct tk_plink *l)
+{
+    TK_ASSERT(l->outbound);
+    l->forget = true;
+    p->st.links_evicted++;
+    if (l->state == L_IDLE || l->state == L_RESOLVING)
+        link_free(p, l); /* no socket: nothing in flight but maybe a lookup */
+    else
+        tk_plink_close(p, l);
+}
+
+unsigned tk_peers_prune(struct tk_peers *p, bool (*keep)(void *ctx, const char *addr), void *ctx)
+{
+    unsigned n = 0;
+    for (uint32_t i = 0; i < LINKS_MAX; i++) {
+        struct tk_plink *l = p->links[i];
+        if (l && l->outbound && !l->forget && !keep(ctx, l->addr)) {
+            tk_log(TK_LOG_INFO, "peer link to %s closed: not a member of --peers or the "
+                   "configuration", l->addr);
+            link_forget(p, l);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* An inbound link finished its handshake: if the authenticated inbound
+ * links are now over INBOUND_MAX, the one quiet the longest goes. A
+ * member's link carries a heartbeat every --heartbeat-ms, so only idle
+ * links (a prober's, a stale operator's) are old; the member redials if
+ * it was one of its. */
+static void inbound_budget(struct tk_peers *p, const struct tk_plink *fresh)
+{
+    uint32_t n = 0;
+    struct tk_plink *idle = NULL;
+    for (uint32_t i = 0; i < LINKS_MAX; i++) {
+        struct tk_plink *l = p->links[i];
+        if (!l || l->outbound || l->state != L_READY)
+            continue;
+        n++;
+        if (l != fresh && (!idle || l->active_us < idle->active_us))
+            idle = l;
+    }
+    if (n > INBOUND_MAX && idle) {
+        p->st.inbound_evicted++;
+        link_warn(p, idle, "closed: more than %u authenticated peer links; this one was idle "
+                  "the longest", INBOUND_MAX);
+        tk_plink_close(p, idle);
+    }
 }
 
 bool tk_plink_ready(const struct tk_plink *l)
@@ -1057,6 +1145,8 @@ static void hs_line(struct tk_peers *p, struct tk_plink *l, const char *line, si
         }
         l->state = L_READY;
         p->st.handshakes++;
+        if (!l->outbound)
+            inbound_budget(p, l);
     }
 }
 
@@ -1162,8 +1252,13 @@ static void unauth_budget(struct tk_peers *p)
 static void on_accept(struct tk_peers *p, int fd)
 {
     unauth_budget(p);
-    struct tk_plink *l = link_new(p, false);
+    uint32_t inbound = 0;
+    for (uint32_t i = 0; i < LINKS_MAX; i++)
+        inbound += p->links[i] && !p->links[i]->outbound;
+    /* Full of links still closing (a flood): refused; a member redials. */
+    struct tk_plink *l = inbound < INBOUND_SLOTS ? link_new(p, false) : NULL;
     if (!l) {
+        p->st.accepts_refused++;
         close(fd);
         return;
     }
@@ -1240,6 +1335,7 @@ static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
                 break;
             }
             p->st.bytes_in += (uint64_t)cqe->res;
+            l->active_us = tk_now_us();
             if (l->tls)
                 tls_open(p, l, (size_t)cqe->res);
             else
@@ -1308,7 +1404,7 @@ static unsigned peers_run(struct tk_peers *p, uint64_t timeout_us, bool enter)
         struct tk_plink *l = p->links[i];
         if (!l)
             continue;
-        if (l->state == L_IDLE && l->outbound && now >= l->retry_at_us)
+        if (l->state == L_IDLE && l->outbound && !l->forget && now >= l->retry_at_us)
             dial(p, l);
         else if (l->state != L_READY && l->state != L_IDLE && l->state != L_CLOSING &&
                  l->state != L_RESOLVING && now >= l->deadline_us) {

@@ -53,11 +53,16 @@ int tk_peers_create(struct tk_server *s,
 void tk_peers_destroy(struct tk_peers *p);
 
 /* The outbound link to addr ("host:port"), created and dialled on first
- * use and redialled after failures. A host name is looked up again at each
+ * use and redialled after failures; NULL if the outbound share of the link
+ * table is full (the caller dials only members, so it never is). A host name is looked up again at each
  * dial by a resolver thread of this module (one lookup per address at a
  * time), never on the calling thread; an IP literal connects at once. The
  * link is not ready while its lookup runs. */
 struct tk_plink *tk_peers_dial(struct tk_peers *p, const char *addr);
+/* Forgets every outbound link whose address keep() refuses (a member that
+ * left the configuration, an address nobody lists): closed, its slot
+ * freed. Returns how many. */
+unsigned tk_peers_prune(struct tk_peers *p, bool (*keep)(void *ctx, const char *addr), void *ctx);
 /* Outbound link to addr if one exists, else NULL. */
 struct tk_plink *tk_peers_find(struct tk_peers *p, const char *addr);
 /* True once the handshake completed; the remote NodeId and domain it
@@ -110,6 +115,10 @@ struct tk_peer_stats {
     uint64_t handshakes_evicted;
     uint64_t resolves, resolve_failures; /* name lookups (off the Raft thread) */
     uint64_t tls_failures; /* links closed by a TLS failure (handshake, certificate, record) */
+    uint64_t links_evicted;   /* outbound links to addresses no longer members (prune) */
+    uint64_t inbound_evicted; /* authenticated inbound links closed over INBOUND_MAX */
+    uint64_t dials_refused;   /* outbound links refused: the outbound share was full */
+    uint64_t accepts_refused; /* connections closed at accept: inbound slots all taken */
 };
 void tk_peers_stats(const struct tk_peers *p, struct tk_peer_stats *st);
 

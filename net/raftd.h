@@ -69,6 +69,8 @@ struct tk_raftd {
     uint64_t note_us;                        /* when the note was last brought up to date */
     uint64_t members_at;                     /* leader: next membership step */
     uint64_t invalid_log_at;                 /* next time an invalid message may be logged */
+    uint64_t refused_log_at;                 /* next time a refused dial may be logged */
+    uint64_t dials_refused;                  /* sends to addresses no member has (raftd_send_msg) */
     uint64_t test_stall_us;                  /* test hook: stall once this long (0: never) */
     uint64_t drain_deadline;                 /* draining: when to stop waiting for a transfer */
     bool did_work;                           /* the last round handled something */
@@ -110,6 +112,9 @@ uint64_t raftd_random_u64(void);
 const struct tk_raft_member *raftd_member(struct tk_raftd *r, uint64_t id);
 void raftd_domain(struct tk_raftd *r, uint64_t *lo, uint64_t *hi);
 void raftd_send_msg(struct tk_raftd *r, const struct tk_raft_msg *m, const char *addr);
+/* Whether addr is an entry of --peers or a configuration member's peer
+ * address: the only addresses this node dials (ctx is the tk_raftd). */
+bool raftd_dial_ok(void *ctx, const char *addr);
 void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f);
 void raftd_probe_peers(struct tk_raftd *r);
 void raftd_members_step(struct tk_raftd *r);

@@ -21,14 +21,35 @@ void raftd_domain(struct tk_raftd *r, uint64_t *lo, uint64_t *hi)
     *hi = c ? c->domain_hi : 0;
 }
 
+static int peer_index(struct tk_raftd *r, const char *addr, size_t len);
+
+/* Whether this node may dial addr: an entry of --peers or the peer
+ * address of a member of its configuration. Nothing a frame says adds to
+ * that list, so no peer (authenticated or not) can make this node dial
+ * elsewhere, and the outbound links stay as few as the members. */
+bool raftd_dial_ok(void *ctx, const char *addr)
+{
+    struct tk_raftd *r = ctx;
+    if (peer_index(r, addr, strlen(addr)) >= 0)
+        return true;
+    const struct tk_raft_config *c = tk_raft_config(r->core);
+    for (uint32_t i = 0; c && i < c->n; i++)
+        if (!strcmp(c->m[i].peer_addr, addr))
+            return true;
+    return false;
+}
+
 /* Sends a message to a member by NodeId over our outbound link to its
  * address, and only if the process there is that NodeId: a restarted node
  * (new NodeId) at the same address never receives an old identity's
- * traffic, so it stays out of the quorum (SPEC 8, 10). */
+ * traffic, so it stays out of the quorum (SPEC 8, 10). An address that is
+ * not a member's (raftd_dial_ok) is not dialled: counted, logged at most
+ * once a second. */
 void raftd_send_msg(struct tk_raftd *r, const struct tk_raft_msg *m, const char *addr)
 {
     if (!r->peers)
         return;
+    bool listed = false; /* addr is a member's or a --peers entry: no need to check */
     if (!addr) {
         const struct tk_raft_member *mb = raftd_member(r, m->to);
         if (mb)
@@ -39,10 +60,27 @@ void raftd_send_msg(struct tk_raftd *r, const struct tk_raft_msg *m, const char 
         for (uint32_t i = 0; !addr && i < r->npeers; i++)
             if (i != r->self && r->info[i].id == m->to)
                 addr = r->peer_addr[i];
+        listed = addr != NULL; /* the hot path: a member's messages */
         if (!addr && m->to == r->join_leader_id && r->join_leader_addr[0])
             addr = r->join_leader_addr;
         if (!addr)
             return;
+    }
+    if (!listed && !raftd_dial_ok(r, addr)) {
+        r->dials_refused++;
+        if (r->now >= r->refused_log_at) {
+            r->refused_log_at = r->now + 1000000u;
+            char safe[TK_ADDR_MAX];
+            snprintf(safe, sizeof(safe), "%s", addr);
+            for (char *c = safe; *c; c++)
+                if ((unsigned char)*c < 0x21 || *c == 0x7f)
+                    *c = '?';
+            tk_log(TK_LOG_WARN,
+                   "not dialling %s for a message of type %u: neither --peers nor the "
+                   "configuration lists it (peer_dials_refused_total counts these)",
+                   safe, (unsigned)m->type);
+        }
+        return;
     }
     struct tk_plink *l = tk_peers_dial(r->peers, addr);
     if (!l || !tk_plink_ready(l))
@@ -600,8 +638,10 @@ void raftd_probe_peers(struct tk_raftd *r)
     if (!r->peers)
         return;
     bool due = r->now >= r->probe_at;
-    if (due)
+    if (due) {
         r->probe_at = r->now + PROBE_PERIOD_US;
+        tk_peers_prune(r->peers, raftd_dial_ok, r); /* members that left */
+    }
     const struct tk_raft_config *c = tk_raft_config(r->core);
     if (c) {
         /* A member: probes are for fresh nodes. Its note is kept current

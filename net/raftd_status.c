@@ -215,6 +215,19 @@ void raftd_publish(struct tk_raftd *r)
         {"peer_dials_total", "counter", "Outbound peer connection attempts", ps.dials},
         {"peer_handshakes_evicted_total", "counter",
          "Unauthenticated peer links closed to admit a newer one", ps.handshakes_evicted},
+        {"peer_links_evicted_total{reason=\"not_member\"}", "counter",
+         "Peer links closed to keep the link table for members: outbound links to addresses "
+         "no longer in --peers or the configuration (not_member), authenticated inbound links "
+         "idle the longest when over the bound (idle)",
+         ps.links_evicted},
+        {"peer_links_evicted_total{reason=\"idle\"}", "counter", NULL, ps.inbound_evicted},
+        {"peer_dials_refused_total", "counter",
+         "Peer messages not sent because their address is neither in --peers nor the "
+         "configuration",
+         r->dials_refused + ps.dials_refused},
+        {"peer_accepts_refused_total", "counter",
+         "Peer connections closed at accept: every inbound link slot was taken",
+         ps.accepts_refused},
         {"peer_accept_errors_total", "counter",
          "Peer accept errors (EMFILE and the like; retried with backoff)", ps.accept_errors},
     };

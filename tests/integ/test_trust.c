@@ -346,3 +346,143 @@ Test(trust, an_answer_without_the_nodes_mac_is_not_believed)
     cr_assert_eq(code, 82, "exit %d: %s", code, out); /* sent, no authenticated answer */
     cr_assert(strstr(out, "without the node's MAC") != NULL, "%s", out);
 }
+
+/* ---- peer links bounded by membership ---------------------------------------------- */
+
+/* A Probe naming addr as the prober's peer address: a node that believed
+ * it would dial addr to answer. */
+static int send_probe(struct tk_tc *c, const char *addr)
+{
+    struct tk_wire_frame f = {.msg = {.type = TK_RAFT_MSG_PROBE, .from = 0x7e57000000000001ull}};
+    f.msg.probe.peer_addr = (struct tk_raft_str){addr, (uint16_t)strlen(addr)};
+    f.msg.probe.client_addr = (struct tk_raft_str){addr, (uint16_t)strlen(addr)};
+    return tk_peer_send(c, &f);
+}
+
+static uint64_t metric(int i, const char *name)
+{
+    static char text[1 << 20];
+    uint64_t v = 0;
+    cr_assert_eq(tk_http_get(cl.node[i].port + 2, "/metrics", text, sizeof text), 200);
+    cr_assert(tk_metric_u64(text, name, &v), "no %s", name);
+    return v;
+}
+
+static char self_addr[TK_CLUSTER_MAX][32];
+
+static const char *peer_addr_of(int i)
+{
+    snprintf(self_addr[i], sizeof self_addr[i], "127.0.0.1:%u", cl.node[i].port + 1);
+    return self_addr[i];
+}
+
+struct prober {
+    atomic_bool stop;
+    atomic_int sent;
+    int rounds;
+};
+
+/* Keeps probing every member with addresses nobody lists, over links
+ * authenticated with the peer secret, until stopped. */
+static void *prober_main(void *arg)
+{
+    struct prober *pr = arg;
+    static struct tk_tc c[TK_CLUSTER_MAX];
+    struct tk_hs hs;
+    bool open[TK_CLUSTER_MAX] = {false};
+    for (int k = 0; !atomic_load(&pr->stop); k++, usleep(20 * 1000)) {
+        for (int i = 0; i < cl.n; i++) {
+            if (!open[i])
+                open[i] = tk_peer_open(&c[i], &hs, cl.node[i].port + 1, peer_addr_of(i),
+                                       cl.node[0].peer_secret_file, 1000) == 0;
+            char bogus[32];
+            snprintf(bogus, sizeof bogus, "192.0.2.%d:%d", k % 250 + 1, 7401 + k / 250);
+            if (open[i] && send_probe(&c[i], bogus) != 0) {
+                tk_tc_close(&c[i]);
+                open[i] = false;
+            } else if (open[i]) {
+                atomic_fetch_add(&pr->sent, 1);
+            }
+        }
+    }
+    for (int i = 0; i < cl.n; i++)
+        if (open[i])
+            tk_tc_close(&c[i]);
+    return NULL;
+}
+
+Test(trust, probes_naming_strangers_dial_nothing_and_a_restart_still_rejoins)
+{
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    /* 70 probes at the leader, each naming another address nobody lists. */
+    static struct tk_tc c;
+    struct tk_hs hs;
+    cr_assert_eq(tk_peer_open(&c, &hs, cl.node[l].port + 1, peer_addr_of(l),
+                              cl.node[l].peer_secret_file, 5000),
+                 0, "the test's own peer link was refused");
+    for (int k = 0; k < 70; k++) {
+        char bogus[32];
+        snprintf(bogus, sizeof bogus, "192.0.2.%d:7401", k + 1);
+        cr_assert_eq(send_probe(&c, bogus), 0);
+    }
+    uint64_t refused = 0;
+    for (uint64_t end = tk_test_ms() + 5000; tk_test_ms() < end && refused < 70; usleep(50000))
+        refused = metric(l, "ticketing_peer_dials_refused_total");
+    cr_assert_geq(refused, 70, "only %llu of 70 probes were refused a dial",
+                  (unsigned long long)refused);
+    /* The link table has room: new peer connections get their banner. */
+    for (int k = 0; k < 5; k++)
+        cr_assert(tk_peer_banner(cl.node[l].port + 1, 2000), "connection %d got no banner", k);
+    tk_tc_close(&c);
+
+    /* And while probes go on at every member, a follower restarted (a new
+     * NodeId) rejoins as usual. */
+    static struct prober pr;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, prober_main, &pr), 0);
+    usleep(500 * 1000);
+    int f = (l + 1) % 3;
+    cr_assert_geq(tk_node_stop(&cl.node[f], SIGKILL, 5000), 0);
+    cr_assert_eq(tk_cluster_restart(&cl, f), 0);
+    int waited = tk_cluster_wait_ready(&cl, f, 15000);
+    atomic_store(&pr.stop, true);
+    pthread_join(t, NULL);
+    if (waited < 0)
+        cl.keep_logs = true;
+    cr_assert_geq(waited, 0, "the restarted follower did not rejoin within 15 s of probes");
+    cr_assert_gt(atomic_load(&pr.sent), 100, "the prober sent only %d probes",
+                 atomic_load(&pr.sent));
+    fprintf(stderr, "trust: rejoined in %d ms under %d probes\n", waited, atomic_load(&pr.sent));
+}
+
+Test(trust, authenticated_links_cannot_fill_the_table)
+{
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    /* 60 authenticated inbound links, held open and idle. */
+    static struct tk_tc c[60];
+    struct tk_hs hs;
+    int opened = 0;
+    for (int k = 0; k < 60; k++)
+        opened += tk_peer_open(&c[k], &hs, cl.node[l].port + 1, peer_addr_of(l),
+                               cl.node[l].peer_secret_file, 2000) == 0;
+    cr_assert_gt(opened, 30, "only %d links opened", opened);
+    uint64_t evicted = 0; /* /metrics is published every few ms */
+    for (uint64_t end = tk_test_ms() + 5000; tk_test_ms() < end && evicted < 30; usleep(50000))
+        evicted = metric(l, "ticketing_peer_links_evicted_total{reason=\"idle\"}");
+    cr_assert_geq(evicted, (uint64_t)opened - 24, "%llu of %d idle links evicted",
+                  (unsigned long long)evicted, opened);
+    for (int k = 0; k < 5; k++)
+        cr_assert(tk_peer_banner(cl.node[l].port + 1, 2000), "connection %d got no banner", k);
+    /* The members' own links are not the idle ones: a follower restarted
+     * now rejoins, and the leader keeps its quorum meanwhile. */
+    int f = (l + 2) % 3;
+    cr_assert_geq(tk_node_stop(&cl.node[f], SIGKILL, 5000), 0);
+    cr_assert_eq(tk_cluster_restart(&cl, f), 0);
+    int waited = tk_cluster_wait_ready(&cl, f, 15000);
+    for (int k = 0; k < 60; k++)
+        tk_tc_close(&c[k]);
+    cr_assert_geq(waited, 0, "the restarted follower did not rejoin within 15 s");
+    cr_assert_eq(tk_cluster_leader(&cl, 2000, 0), l, "the leader lost its office");
+}
