@@ -435,6 +435,46 @@ bool tk_tls_ready(const struct tk_tls *t)
     return t->ready;
 }
 
+void tk_tls_host_name(const char *host, char *out, size_t cap)
+{
+    char bare[256];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']' && n - 2 < sizeof bare) {
+        memcpy(bare, host + 1, n - 2);
+        bare[n - 2] = '\0';
+    } else {
+        snprintf(bare, sizeof bare, "%s", host);
+    }
+    struct in6_addr a6;
+    if (inet_pton(AF_INET6, bare, &a6) != 1) {
+        snprintf(out, cap, "%s", bare);
+        return;
+    }
+    size_t off = 0;
+    for (int i = 0; i < 8 && off < cap; i++)
+        off += (size_t)snprintf(out + off, cap - off, "%s%02x%02x", i ? ":" : "", a6.s6_addr[2 * i],
+                                a6.s6_addr[2 * i + 1]);
+}
+
+bool tk_tls_peer_has_name(const struct tk_tls *t, const char *host)
+{
+    if (!t->ready || t->failed)
+        return false;
+    WOLFSSL_X509 *x = wolfSSL_get_peer_certificate(t->ssl);
+    if (x == NULL)
+        return false;
+    char name[256];
+    tk_tls_host_name(host, name, sizeof name);
+    struct in6_addr a6;
+    struct in_addr a4;
+    bool ip = inet_pton(AF_INET, name, &a4) == 1 || strchr(name, ':') != NULL ||
+              inet_pton(AF_INET6, name, &a6) == 1;
+    bool ok = ip ? wolfSSL_X509_check_ip_asc(x, name, 0) == WOLFSSL_SUCCESS
+                 : wolfSSL_X509_check_host(x, name, strlen(name), 0, NULL) == WOLFSSL_SUCCESS;
+    wolfSSL_X509_free(x);
+    return ok;
+}
+
 int tk_tls_channel_binding(const struct tk_tls *t, uint8_t out[TK_TLS_BINDING_LEN])
 {
     static const char label[] = "EXPORTER-Channel-Binding";

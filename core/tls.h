@@ -68,6 +68,17 @@ void tk_tls_sent(struct tk_tls *t, size_t n);
 
 bool tk_tls_ready(const struct tk_tls *t); /* handshake done */
 
+/* Whether the certificate the other end presented names host: a DNS
+ * name (wildcards as usual) or an IP literal (matched against IP
+ * entries; "[v6]" brackets are dropped). False without a certificate.
+ * For a server checking who its client is, beyond the CA's signature. */
+bool tk_tls_peer_has_name(const struct tk_tls *t, const char *host);
+
+/* host as a certificate's names are compared with it: brackets around an
+ * IPv6 literal dropped and the literal expanded to 8 groups of 4 hex
+ * digits (how wolfSSL compares IP entries); anything else as it is. */
+void tk_tls_host_name(const char *host, char *out, size_t cap);
+
 /* The channel binding of a finished handshake (RFC 9266 "tls-exporter":
  * 32 bytes exported under the label "EXPORTER-Channel-Binding", no
  * context): equal on both ends of one TLS session and different for any

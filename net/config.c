@@ -51,6 +51,16 @@ static const struct opt opts[] = {
     {"tls-ca", OPT_STR, O(tls_ca), S(tls_ca), 0, 0, "TLS CA bundle for peers/clients (PEM)"},
     {"tls-client-auth", OPT_BOOL, O(tls_client_auth), 0, 0, 1,
      "require client certificates signed by --tls-ca on the client port"},
+    {"tls-peer-ca", OPT_STR, O(tls_peer_ca), S(tls_peer_ca), 0, 0,
+     "CA bundle (PEM) of the peer port alone: only certificates it signed are peers "
+     "(default --tls-ca, and then a peer's certificate must name a member)"},
+    {"tls-peer-cert", OPT_STR, O(tls_peer_cert), S(tls_peer_cert), 0, 0,
+     "this node's certificate on the peer port (default --tls-cert)"},
+    {"tls-peer-key", OPT_STR, O(tls_peer_key), S(tls_peer_key), 0, 0,
+     "its private key (default --tls-key)"},
+    {"tls-peer-names", OPT_STR, O(tls_peer_names), S(tls_peer_names), 0, 0,
+     "without --tls-peer-ca: names (comma list) a peer certificate may hold besides the "
+     "hosts of --peers and the configuration"},
     {"threads", OPT_U32, O(threads), 0, 1, 64,
      "worker threads (default: 1 on 1-2 usable CPUs, else one per CPU)"},
     {"heartbeat-ms", OPT_U32, O(heartbeat_ms), 0, 1, 10000, "Raft heartbeat (default 100)"},
@@ -222,8 +232,17 @@ static int tls_check(const struct tk_options *o, char *err, size_t errlen)
         why = "--tls-client-auth needs --tls-cert, --tls-key and --tls-ca";
     else if (o->tls_client_auth && !o->tls_ca[0])
         why = "--tls-client-auth needs --tls-ca (the CA that signs client certificates)";
-    else if (cert && o->peers[0] && !o->tls_ca[0])
-        why = "a cluster member with TLS needs --tls-ca: peers verify each other's certificates";
+    else if (cert && o->peers[0] && !o->tls_ca[0] && !o->tls_peer_ca[0])
+        why = "a cluster member with TLS needs --tls-ca (or --tls-peer-ca): peers verify each "
+              "other's certificates";
+    else if (!o->tls_peer_cert[0] != !o->tls_peer_key[0])
+        why = "--tls-peer-cert and --tls-peer-key go together: give both or neither";
+    else if ((o->tls_peer_ca[0] || o->tls_peer_cert[0] || o->tls_peer_names[0]) && !cert)
+        why = "--tls-peer-ca, --tls-peer-cert, --tls-peer-key and --tls-peer-names need "
+              "--tls-cert and --tls-key (TLS on)";
+    else if (o->tls_peer_ca[0] && o->tls_peer_names[0])
+        why = "--tls-peer-names is for a CA shared with clients; with --tls-peer-ca every "
+              "certificate it signed is a peer";
     if (why) {
         snprintf(err, errlen, "%s", why);
         return -1;

@@ -22,6 +22,12 @@ struct tk_options {
     char tls_key[TK_PATH_MAX];
     char tls_ca[TK_PATH_MAX];
     bool tls_client_auth; /* client port: require certificates signed by tls_ca */
+    /* The peer port: its own CA and certificate (default: the three above),
+     * and names a peer certificate may carry besides members' hosts. */
+    char tls_peer_ca[TK_PATH_MAX];
+    char tls_peer_cert[TK_PATH_MAX];
+    char tls_peer_key[TK_PATH_MAX];
+    char tls_peer_names[TK_ADDR_MAX];
     uint32_t threads;     /* 0: tk_default_threads(tk_usable_cpus()) */
     uint32_t heartbeat_ms;
     uint32_t election_ms; /* lower bound; the timeout is drawn in [ms, ms + 100] */

@@ -115,6 +115,7 @@ struct tk_plink {
     socklen_t salen;
     struct tk_tls *tls;   /* TLS state while the link has a socket; NULL without TLS */
     bool tls_seen;        /* a byte was received (the first one checked) */
+    bool cert_checked;    /* inbound: the certificate was found to name a member */
     struct log_limit log; /* outbound: this link's failure lines */
 };
 
@@ -322,6 +323,7 @@ static void link_finish_close(struct tk_peers *p, struct tk_plink *l)
     l->remote_id = 0;
     tk_tls_free(l->tls); /* drops its reference to the context it began with */
     l->tls = NULL;
+    l->cert_checked = false;
     l->gen++;
     if (!l->outbound || l->forget) {
         link_free(p, l);
@@ -433,24 +435,9 @@ static void tls_name(const char *addr, char *out, size_t cap)
 {
     char host[TK_ADDR_MAX];
     uint32_t port;
-    if (tk_addr_split(addr, host, sizeof(host), &port) != TK_OK) {
-        snprintf(out, cap, "%s", addr);
-        return;
-    }
-    size_t n = strlen(host);
-    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
-        memmove(host, host + 1, n - 2);
-        host[n - 2] = 0;
-    }
-    struct in6_addr a6;
-    if (inet_pton(AF_INET6, host, &a6) != 1) {
-        snprintf(out, cap, "%s", host);
-        return;
-    }
-    size_t off = 0;
-    for (int i = 0; i < 8 && off < cap; i++)
-        off += (size_t)snprintf(out + off, cap - off, "%s%02x%02x", i ? ":" : "", a6.s6_addr[2 * i],
-                                a6.s6_addr[2 * i + 1]);
+    if (tk_addr_split(addr, host, sizeof(host), &port) != TK_OK)
+        snprintf(host, sizeof(host), "%s", addr);
+    tk_tls_host_name(host, out, cap);
 }
 
 /* wolfSSL (built with FP_ECC) keeps an ECC point cache per thread, filled
@@ -512,6 +499,32 @@ static void in_reserve(struct tk_plink *l, size_t n)
     l->in_cap = cap;
 }
 
+static void send_line(struct tk_plink *l, const char *line, size_t n)
+{
+    out_append(l, line, n);
+}
+
+/* An inbound link's TLS is done: its certificate is signed by the peer
+ * CA. With a CA of its own (--tls-peer-ca) that is all a peer needs;
+ * with the CA shared with clients, the certificate must also name a
+ * member (cb.peer_cert: the hosts of --peers and the configuration, and
+ * --tls-peer-names), so a client's certificate does not open the peer
+ * port. Checked before any line is read or written: the banner follows. */
+static void tls_check_peer(struct tk_peers *p, struct tk_plink *l)
+{
+    l->cert_checked = true;
+    if (p->s->opt.tls_peer_ca[0] || !p->cb.peer_cert || p->cb.peer_cert(p->cb.ctx, l->tls)) {
+        char line[TK_HS_LINE_MAX]; /* the banner, held back until now (on_accept) */
+        send_line(l, line, tk_proto_fmt_banner(line, sizeof(line), true, l->hs.snonce));
+        return;
+    }
+    p->st.certs_refused++;
+    tls_failed(p, l,
+               "its certificate names no member (neither a host of --peers or the "
+               "configuration nor one of --tls-peer-names): a client's certificate, not a "
+               "peer's? Give the peer port a CA of its own with --tls-peer-ca");
+}
+
 /* n bytes of ciphertext were received at l->in + l->in_len: fed to TLS,
  * and every byte of plaintext they complete appended to l->in in their
  * place. l->in stays bounded as without TLS (link_input cuts the link past
@@ -548,6 +561,8 @@ static void tls_open(struct tk_peers *p, struct tk_plink *l, size_t n)
         tk_plink_close(p, l);
     else if (rc != TK_OK)
         tls_failed(p, l, NULL);
+    else if (!l->outbound && !l->cert_checked && tk_tls_ready(l->tls))
+        tls_check_peer(p, l);
 }
 
 /* An inbound TLS link ended by its dialler before a single byte came:
@@ -612,18 +627,18 @@ static int tls_contexts(const struct tk_options *o,
                         size_t cap)
 {
     *server = *client = NULL;
-    if (!o->tls_ca[0]) {
+    const char *ca = o->tls_peer_ca[0] ? o->tls_peer_ca : o->tls_ca;
+    const char *cert = o->tls_peer_cert[0] ? o->tls_peer_cert : o->tls_cert;
+    const char *key = o->tls_peer_cert[0] ? o->tls_peer_key : o->tls_key;
+    if (!ca[0]) {
         snprintf(why, cap,
-                 "--tls-ca is required with --tls-cert on a cluster member: peers verify each "
-                 "other's certificates with it");
+                 "--tls-ca (or --tls-peer-ca) is required with --tls-cert on a cluster member: "
+                 "peers verify each other's certificates with it");
         return TK_EINVAL;
     }
-    struct tk_tls_opts so = {.server = true,
-                             .cert = o->tls_cert,
-                             .key = o->tls_key,
-                             .ca = o->tls_ca,
-                             .verify_peer = true};
-    struct tk_tls_opts co = {.cert = o->tls_cert, .key = o->tls_key, .ca = o->tls_ca};
+    struct tk_tls_opts so = {
+        .server = true, .cert = cert, .key = key, .ca = ca, .verify_peer = true};
+    struct tk_tls_opts co = {.cert = cert, .key = key, .ca = ca};
     int rc = tk_tls_ctx_new(&so, server, why, cap);
     if (rc == TK_OK && (rc = tk_tls_ctx_new(&co, client, why, cap)) != TK_OK) {
         tk_tls_ctx_unref(*server);
@@ -1074,10 +1089,6 @@ bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_
 /* ------------------------------------------------------------------ */
 /* Handshake (SPEC 2 with the peer secret: TICKETING-PEER/2, core/handshake.h) */
 
-static void send_line(struct tk_plink *l, const char *line, size_t n)
-{
-    out_append(l, line, n);
-}
 
 /* Failed logins on the peer port: a few lines a second at most. */
 static struct tk_log_limit auth_log = TK_LOG_LIMIT_INIT;
@@ -1273,11 +1284,14 @@ static void on_accept(struct tk_peers *p, int fd)
         link_finish_close(p, l); /* nothing in flight: frees it */
         return;
     }
-    /* With TLS the banner waits inside TLS for the handshake to finish. */
+    /* With TLS the banner waits for the TLS handshake and the check of the
+     * dialler's certificate (tls_check_peer): a certificate that is not a
+     * peer's learns nothing, not even a nonce. */
     char line[TK_HS_LINE_MAX];
     size_t n = tk_hs_listen(&l->hs, p->s->peer_secret, p->s->peer_secret_len, p->self, snonce,
                             line, sizeof(line));
-    send_line(l, line, n);
+    if (!l->tls)
+        send_line(l, line, n);
     arm_recv(p, l);
 }
 

@@ -27,6 +27,7 @@
 
 struct tk_peers;
 struct tk_plink; /* one connection */
+struct tk_tls;
 
 struct tk_peer_cb {
     /* A decoded frame from a link whose handshake completed. */
@@ -34,6 +35,10 @@ struct tk_peer_cb {
     /* tk_peers_run() woke from its wait: called before the frames it
      * brought, so the receiver can read its clock first (optional). */
     void (*woke)(void *ctx);
+    /* Without --tls-peer-ca: whether the certificate an inbound TLS link
+     * presented names a member (optional: without it any certificate of
+     * the CA is taken). */
+    bool (*peer_cert)(void *ctx, const struct tk_tls *tls);
     void *ctx;
 };
 
@@ -119,6 +124,7 @@ struct tk_peer_stats {
     uint64_t inbound_evicted; /* authenticated inbound links closed over INBOUND_MAX */
     uint64_t dials_refused;   /* outbound links refused: the outbound share was full */
     uint64_t accepts_refused; /* connections closed at accept: inbound slots all taken */
+    uint64_t certs_refused;   /* inbound TLS links whose certificate named no member */
 };
 void tk_peers_stats(const struct tk_peers *p, struct tk_peer_stats *st);
 

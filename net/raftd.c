@@ -414,7 +414,8 @@ int tk_raftd_create(struct tk_server *s)
     r->join_reply = 0xff;
     if (s->opt.peers[0]) {
         r->membership = RAFTD_BOOTSTRAPPING;
-        struct tk_peer_cb cb = {.frame = raftd_on_frame, .woke = raftd_woke, .ctx = r};
+        struct tk_peer_cb cb = {
+            .frame = raftd_on_frame, .woke = raftd_woke, .peer_cert = raftd_peer_cert, .ctx = r};
         rc = tk_peers_create(s, r->peer_addr[r->self], &cb, r->wake.fd, &r->peers);
         if (rc != TK_OK)
             return rc;

@@ -115,6 +115,11 @@ void raftd_send_msg(struct tk_raftd *r, const struct tk_raft_msg *m, const char 
 /* Whether addr is an entry of --peers or a configuration member's peer
  * address: the only addresses this node dials (ctx is the tk_raftd). */
 bool raftd_dial_ok(void *ctx, const char *addr);
+/* Whether an inbound peer link's TLS certificate names a member: a host
+ * of --peers or of the configuration, or one of --tls-peer-names
+ * (struct tk_peer_cb.peer_cert; ctx is the tk_raftd). */
+struct tk_tls;
+bool raftd_peer_cert(void *ctx, const struct tk_tls *tls);
 void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f);
 void raftd_probe_peers(struct tk_raftd *r);
 void raftd_members_step(struct tk_raftd *r);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/tls.h"
 #include "net/raftd.h"
 #include "raft/members.h"
 
@@ -35,6 +36,33 @@ bool raftd_dial_ok(void *ctx, const char *addr)
     const struct tk_raft_config *c = tk_raft_config(r->core);
     for (uint32_t i = 0; c && i < c->n; i++)
         if (!strcmp(c->m[i].peer_addr, addr))
+            return true;
+    return false;
+}
+
+/* Whether the host part of addr is a name the certificate holds. */
+static bool cert_names_host(const struct tk_tls *tls, const char *addr)
+{
+    char host[TK_ADDR_MAX];
+    uint32_t port;
+    return tk_addr_split(addr, host, sizeof(host), &port) == TK_OK &&
+           tk_tls_peer_has_name(tls, host);
+}
+
+bool raftd_peer_cert(void *ctx, const struct tk_tls *tls)
+{
+    struct tk_raftd *r = ctx;
+    for (uint32_t i = 0; i < r->npeers; i++)
+        if (cert_names_host(tls, r->peer_addr[i]))
+            return true;
+    const struct tk_raft_config *c = tk_raft_config(r->core);
+    for (uint32_t i = 0; c && i < c->n; i++)
+        if (cert_names_host(tls, c->m[i].peer_addr))
+            return true;
+    char names[sizeof(r->s->opt.tls_peer_names)];
+    snprintf(names, sizeof(names), "%s", r->s->opt.tls_peer_names);
+    for (char *save = NULL, *n = strtok_r(names, ",", &save); n; n = strtok_r(NULL, ",", &save))
+        if (tk_tls_peer_has_name(tls, n))
             return true;
     return false;
 }

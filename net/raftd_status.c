@@ -225,6 +225,10 @@ void raftd_publish(struct tk_raftd *r)
          "Peer messages not sent because their address is neither in --peers nor the "
          "configuration",
          r->dials_refused + ps.dials_refused},
+        {"peer_certs_refused_total", "counter",
+         "Peer TLS links closed because the certificate named no member (a client's "
+         "certificate of the shared CA)",
+         ps.certs_refused},
         {"peer_accepts_refused_total", "counter",
          "Peer connections closed at accept: every inbound link slot was taken",
          ps.accepts_refused},

@@ -382,3 +382,104 @@ Test(tls_cluster, member_without_tls_ca_refuses_to_start)
     fclose(fp);
     cr_assert(said, "the log does not name --tls-ca");
 }
+
+/* ---- peer certificates mean "peer" ------------------------------------------------ */
+
+/* What the peer port of node i says to a TLS dialler presenting cert: its
+ * banner (1), a close (0: refused), or nothing (-1). The dialler checks
+ * the node against ca. */
+static int peer_port_says(int i, const char *ca, const char *cert, const char *key)
+{
+    static struct tk_test_tls t;
+    if (tk_test_tls_dial(&t, cl.node[i].port + 1, ca, cert, key, "127.0.0.1") != 0)
+        return 0;
+    char line[512];
+    int n = tk_test_tls_line(&t, line, sizeof(line), 3000);
+    tk_test_tls_close(&t);
+    return n > 0 && strncmp(line, "TICKETING-PEER/2 ", 17) == 0 ? 1 : n == -1 ? -1 : 0;
+}
+
+Test(tls_cluster, a_client_certificate_of_the_shared_ca_does_not_open_the_peer_port)
+{
+    start();
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    /* client.pem: signed by the same CA, for DNS:event-server, no member. */
+    cr_assert_eq(peer_port_says(l, f("ca.pem"), f("client.pem"), f("client.key")), 0,
+                 "a client's certificate got the peer banner");
+    cr_assert(log_line(l, "peer link from 127.0.0.1:", "its certificate names no member", 3000),
+              "the refusal was not logged with its cause");
+    uint64_t v = 0;
+    for (int i = 0; i < 100 && !(metric(l, "ticketing_peer_certs_refused_total", &v) && v >= 1); i++)
+        usleep(20000);
+    cr_assert_geq(v, 1, "ticketing_peer_certs_refused_total");
+    /* A member's certificate (it names 127.0.0.1, the host of --peers). */
+    cr_assert_eq(peer_port_says(l, f("ca.pem"), f("node.pem"), f("node.key")), 1);
+    pass();
+}
+
+Test(tls_cluster, a_peer_ca_of_its_own_keeps_the_client_ca_out)
+{
+    static const char *args[24];
+    int a = 0;
+    while (tls_args[a]) {
+        args[a] = tls_args[a];
+        a++;
+    }
+    const char *peer[] = {"--tls-peer-ca",  f("peer-ca.pem"), "--tls-peer-cert", f("peer.pem"),
+                          "--tls-peer-key", f("peer.key"),    NULL};
+    for (int i = 0; peer[i]; i++)
+        args[a++] = peer[i];
+    args[a] = NULL;
+    int rc = tk_cluster_start(&cl, 3, args);
+    cl.keep_logs = true;
+    cr_assert_eq(rc, 0, "the cluster with a peer CA elected no leader");
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    uint64_t c0 = status_u64(l, "commit_index");
+    grants(l, 1, 5); /* the client port keeps node.pem of the client CA */
+    await_commit(l, c0 + 5);
+    replicated(l, 0);
+    /* node.pem names 127.0.0.1, but the client CA signed it: not a peer. */
+    cr_assert_eq(peer_port_says(l, f("peer-ca.pem"), f("node.pem"), f("node.key")), 0,
+                 "a certificate of the client CA got the peer banner");
+    cr_assert_eq(peer_port_says(l, f("peer-ca.pem"), f("peer.pem"), f("peer.key")), 1);
+    pass();
+}
+
+/* ticketctl remove-member speaks TLS to the peer port, presenting a
+ * member's certificate; without --tls-ca it says what to give. */
+Test(tls_cluster, remove_member_over_tls)
+{
+    start();
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    int k = (l + 1) % 3;
+    char id[17], addr[64], secret[400], out[4096];
+    snprintf(id, sizeof(id), "%016" PRIx64, tk_cluster_node_id(&cl, k));
+    snprintf(addr, sizeof(addr), "--addr=127.0.0.1:%u", cl.node[l].port);
+    snprintf(secret, sizeof(secret), "--peer-secret-file=%s", cl.node[l].peer_secret_file);
+    cr_assert_eq(tk_pause_pid(cl.node[k].pid), 0);
+    usleep(1200 * 1000); /* past the election timeout: removable */
+    const char *plain[] = {TK_BIN_DIR "/ticketctl", "remove-member", id, addr, secret,
+                           "--timeout", "2s", NULL};
+    int code = tk_run(plain, out, sizeof(out), 30000);
+    cr_assert_eq(code, 83, "exit %d: %s", code, out);
+    cr_assert(strstr(out, "give --tls-ca") != NULL, "%s", out);
+    const char *client[] = {TK_BIN_DIR "/ticketctl", "remove-member", id, addr, secret,
+                            "--tls-ca", f("ca.pem"), "--tls-cert", f("client.pem"), "--tls-key",
+                            f("client.key"), "--timeout", "2s", NULL};
+    code = tk_run(client, out, sizeof(out), 30000);
+    cr_assert_eq(code, 83, "exit %d with a client's certificate: %s", code, out);
+    cr_assert(strstr(out, "no banner") != NULL, "%s", out); /* closed before the banner */
+    const char *member[] = {TK_BIN_DIR "/ticketctl", "remove-member", id, addr, secret,
+                            "--tls-ca", f("ca.pem"), "--tls-cert", f("node.pem"), "--tls-key",
+                            f("node.key"), NULL};
+    code = tk_run(member, out, sizeof(out), 30000);
+    kill(cl.node[k].pid, SIGCONT);
+    cr_assert_eq(code, 0, "exit %d: %s", code, out);
+    char want[64];
+    snprintf(want, sizeof(want), "removed %s", id);
+    cr_assert(strstr(out, want) != NULL, "%s", out);
+    pass();
+}

@@ -54,38 +54,10 @@ TestSuite(trust, .init = setup_cluster, .fini = teardown_cluster, .timeout = 120
  * stderr into out; its exit code, or -1 if it ran past 30 s. */
 static int ctl(const char *const *args, char *out, size_t cap)
 {
-    char path[] = "/tmp/tk-trust-out-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    char *argv[32];
-    int a = 0;
-    argv[a++] = TICKETCTL;
-    for (int i = 0; args[i] != NULL && a < 31; i++)
-        argv[a++] = (char *)args[i];
-    argv[a] = NULL;
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int st = 0, code = -1;
-    for (uint64_t end = tk_test_ms() + 30000; tk_test_ms() < end; usleep(10000))
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            code = WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
-            break;
-        }
-    if (code == -1) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-    }
-    ssize_t n = pread(fd, out, cap - 1, 0);
-    out[n > 0 ? n : 0] = '\0';
-    close(fd);
-    unlink(path);
-    return code;
+    const char *argv[32] = {TICKETCTL};
+    for (int i = 0; args[i] != NULL && i < 30; i++)
+        argv[i + 1] = args[i];
+    return tk_run(argv, out, cap, 30000);
 }
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})

@@ -6,6 +6,7 @@
 #   expired.pem/expired.key  signed by the CA, no longer valid
 #   other-ca.pem             another CA; other.pem/other.key signed by it
 #   wrongname.pem/.key       signed by the CA for a name that is not ours
+#   peer-ca.pem              a CA of the peer port alone; peer.pem/peer.key signed by it
 set -eu
 d="$1"
 mkdir -p "$d"
@@ -56,4 +57,6 @@ leaf client event-server "DNS:event-server" ca ok
 leaf expired localhost "DNS:localhost,IP:127.0.0.1" ca expired
 leaf other localhost "DNS:localhost,IP:127.0.0.1" other-ca ok
 leaf wrongname elsewhere.example "DNS:elsewhere.example" ca ok
+ca peer-ca "Ticketing test peer CA"
+leaf peer localhost "DNS:localhost,IP:127.0.0.1" peer-ca ok
 chmod 600 ./*.key

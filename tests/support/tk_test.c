@@ -721,3 +721,38 @@ int tk_test_tls_auth(struct tk_test_tls *t, const char *secret)
         return tls_fail(t, "the server's proof is wrong");
     return 0;
 }
+
+int tk_run(const char *const *argv, char *out, size_t cap, int timeout_ms)
+{
+    char path[] = "/tmp/tk-run-out-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -1;
+    unlink(path);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st = 0, code = -1;
+    for (uint64_t end = tk_test_ms() + (uint64_t)timeout_ms; tk_test_ms() < end; usleep(10000))
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            code = WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+            break;
+        }
+    if (code == -1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    ssize_t n = cap > 0 ? pread(fd, out, cap - 1, 0) : 0;
+    if (cap > 0)
+        out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    return code;
+}

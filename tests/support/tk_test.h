@@ -131,6 +131,12 @@ void tk_test_tls_close(struct tk_test_tls *t);
  * or -1. */
 int tk_http_get(uint32_t port, const char *path, char *out, size_t cap);
 
+/* Runs argv (argv[0] a path, NULL-terminated) to completion with stdout
+ * and stderr into out (NUL-terminated, cap bytes at most); its exit code,
+ * 1000 + the signal that ended it, or -1 if it ran past timeout_ms (then
+ * it is killed). */
+int tk_run(const char *const *argv, char *out, size_t cap, int timeout_ms);
+
 /* Milliseconds on a monotonic clock. */
 uint64_t tk_test_ms(void);
 
