@@ -187,21 +187,11 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
 
 static bool flag_takes_value(const char *name)
 {
-    static const char *const with[] = {"--addr",
-                                       "--secret-file",
-                                       "--peer-secret-file",
-                                       "--peers",
-                                       "--owner",
-                                       "--token",
-                                       "--count",
-                                       "--lease",
-                                       "--wait",
-                                       "--timeout",
-                                       "--grace",
-                                       "--tls-ca",
-                                       "--tls-cert",
-                                       "--tls-key",
-                                       "--tls-server-name",
+    static const char *const with[] = {"--addr",      "--secret-file", "--peer-secret-file",
+                                       "--peers",     "--owner",       "--token",
+                                       "--count",     "--lease",       "--wait",
+                                       "--timeout",   "--grace",       "--tls-ca",
+                                       "--tls-cert",  "--tls-key",     "--tls-server-name",
                                        "--admin-port"};
     for (size_t i = 0; i < sizeof with / sizeof with[0]; i++)
         if (!strcmp(name, with[i]))

@@ -66,7 +66,7 @@ struct rm {
     size_t secret_len;
     uint64_t deadline_us;         /* the whole of --timeout */
     uint64_t attempt_deadline_us; /* this attempt's share of it */
-    struct tk_tls_ctx *tls_ctx; /* --tls-ca: the peer port runs TLS */
+    struct tk_tls_ctx *tls_ctx;   /* --tls-ca: the peer port runs TLS */
     /* The given peer addresses, tried in turn. */
     char targets[TARGETS_MAX][ADDR_CAP];
     int ntargets;
@@ -315,8 +315,9 @@ static enum attempt handshake(struct rm *r, const char *addr)
     for (int step = 0; step < 2; step++) {
         int n = read_line(r, line, addr);
         if (n < 0)
-            return no_line(r, addr, n, step == 0 ? "no banner from the peer port"
-                                                 : "no answer to the handshake");
+            return no_line(
+                r, addr, n,
+                step == 0 ? "no banner from the peer port" : "no answer to the handshake");
         if (step == 0 && r->tls != NULL) {
             uint8_t b[TK_TLS_BINDING_LEN];
             if (tk_tls_channel_binding(r->tls, b) != TK_OK) {

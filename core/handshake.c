@@ -182,9 +182,9 @@ static enum tk_hs_state hs_auth(struct tk_hs *h,
     const char *cn, *cproof, *to;
     size_t to_len;
     if (!tk_proto_parse_peer_auth(line, len, &cn, &cproof, &to, &to_len))
-        return hs_fail(h, tk_proto_parse_auth(line, len, &cn, &cproof) ? TK_HS_E_OLD_AUTH
-                                                                       : TK_HS_E_AUTH_LINE,
-                       true);
+        return hs_fail(
+            h, tk_proto_parse_auth(line, len, &cn, &cproof) ? TK_HS_E_OLD_AUTH : TK_HS_E_AUTH_LINE,
+            true);
     /* The proof first: an address check that came before it would tell
      * anyone without the secret which names this node answers to. */
     memcpy(h->cnonce, cn, TK_AUTH_HEX_LEN);

@@ -45,27 +45,26 @@ enum tk_hs_state {
 };
 
 /* Why a handshake failed: one sentence each, for logs and ticketctl. */
-#define TK_HS_FAIL_MAP(X)                                                                        \
-    X(TK_HS_FINE, "no failure")                                                                  \
-    X(TK_HS_E_BANNER, "not a Ticketing peer port (unexpected banner)")                           \
-    X(TK_HS_E_CLIENT_PORT, "that is a client port, not a peer port (client port + 1)")           \
-    X(TK_HS_E_OLD_BANNER,                                                                        \
+#define TK_HS_FAIL_MAP(X)                                                                       \
+    X(TK_HS_FINE, "no failure")                                                                 \
+    X(TK_HS_E_BANNER, "not a Ticketing peer port (unexpected banner)")                          \
+    X(TK_HS_E_CLIENT_PORT, "that is a client port, not a peer port (client port + 1)")          \
+    X(TK_HS_E_OLD_BANNER,                                                                       \
       "the peer speaks TICKETING-PEER/1, an older release: every member must run the same "     \
-      "peer protocol (TICKETING-PEER/2)")                                                        \
-    X(TK_HS_E_AUTH_LINE, "malformed AUTH line")                                                  \
-    X(TK_HS_E_OLD_AUTH,                                                                          \
+      "peer protocol (TICKETING-PEER/2)")                                                       \
+    X(TK_HS_E_AUTH_LINE, "malformed AUTH line")                                                 \
+    X(TK_HS_E_OLD_AUTH,                                                                         \
       "an AUTH line without the address it was meant for: the dialler runs an older release "   \
-      "(TICKETING-PEER/1)")                                                                      \
-    X(TK_HS_E_TARGET,                                                                            \
+      "(TICKETING-PEER/1)")                                                                     \
+    X(TK_HS_E_TARGET,                                                                           \
       "the AUTH was meant for another address than this node's peer address (relayed, or "      \
       "dialled by a name this node does not know itself by)")                                   \
-    X(TK_HS_E_PROOF,                                                                             \
-      "bad proof (another peer secret, or a proof made for another connection)")                 \
-    X(TK_HS_E_REFUSED,                                                                           \
+    X(TK_HS_E_PROOF, "bad proof (another peer secret, or a proof made for another connection)") \
+    X(TK_HS_E_REFUSED,                                                                          \
       "refused by the peer (E - auth): another peer secret, or it does not know itself by the " \
       "address dialled (its log says which)")                                                   \
-    X(TK_HS_E_OK_LINE, "a malformed answer to AUTH")                                             \
-    X(TK_HS_E_SPROOF,                                                                            \
+    X(TK_HS_E_OK_LINE, "a malformed answer to AUTH")                                            \
+    X(TK_HS_E_SPROOF,                                                                           \
       "the peer's proof is wrong: it does not hold this peer secret, or the connection was "    \
       "relayed")
 #define TK_HS_FAIL_ENUM(name, text) name,
@@ -78,10 +77,10 @@ struct tk_hs {
     const uint8_t *secret;
     size_t secret_len;
     char snonce[TK_AUTH_HEX_LEN + 1], cnonce[TK_AUTH_HEX_LEN + 1];
-    char to[TK_HS_ADDR_MAX + 1];        /* dialler: the address dialled; listener: its own */
-    char binding[TK_AUTH_HEX_LEN + 1];  /* hex of the TLS channel binding, or "-" */
-    uint64_t node_id;                   /* listener: its own; dialler: the peer's, once DONE */
-    uint64_t domain[2];                 /* likewise: domain[0] low, domain[1] high */
+    char to[TK_HS_ADDR_MAX + 1];       /* dialler: the address dialled; listener: its own */
+    char binding[TK_AUTH_HEX_LEN + 1]; /* hex of the TLS channel binding, or "-" */
+    uint64_t node_id;                  /* listener: its own; dialler: the peer's, once DONE */
+    uint64_t domain[2];                /* likewise: domain[0] low, domain[1] high */
 };
 
 /* A dialler that meant to reach `to` (1-TK_HS_ADDR_MAX bytes, visible

@@ -233,16 +233,19 @@ static int tls_check(const struct tk_options *o, char *err, size_t errlen)
     else if (o->tls_client_auth && !o->tls_ca[0])
         why = "--tls-client-auth needs --tls-ca (the CA that signs client certificates)";
     else if (cert && o->peers[0] && !o->tls_ca[0] && !o->tls_peer_ca[0])
-        why = "a cluster member with TLS needs --tls-ca (or --tls-peer-ca): peers verify each "
-              "other's certificates";
+        why =
+            "a cluster member with TLS needs --tls-ca (or --tls-peer-ca): peers verify each "
+            "other's certificates";
     else if (!o->tls_peer_cert[0] != !o->tls_peer_key[0])
         why = "--tls-peer-cert and --tls-peer-key go together: give both or neither";
     else if ((o->tls_peer_ca[0] || o->tls_peer_cert[0] || o->tls_peer_names[0]) && !cert)
-        why = "--tls-peer-ca, --tls-peer-cert, --tls-peer-key and --tls-peer-names need "
-              "--tls-cert and --tls-key (TLS on)";
+        why =
+            "--tls-peer-ca, --tls-peer-cert, --tls-peer-key and --tls-peer-names need "
+            "--tls-cert and --tls-key (TLS on)";
     else if (o->tls_peer_ca[0] && o->tls_peer_names[0])
-        why = "--tls-peer-names is for a CA shared with clients; with --tls-peer-ca every "
-              "certificate it signed is a peer";
+        why =
+            "--tls-peer-names is for a CA shared with clients; with --tls-peer-ca every "
+            "certificate it signed is a peer";
     if (why) {
         snprintf(err, errlen, "%s", why);
         return -1;

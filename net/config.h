@@ -28,7 +28,7 @@ struct tk_options {
     char tls_peer_cert[TK_PATH_MAX];
     char tls_peer_key[TK_PATH_MAX];
     char tls_peer_names[TK_ADDR_MAX];
-    uint32_t threads;     /* 0: tk_default_threads(tk_usable_cpus()) */
+    uint32_t threads; /* 0: tk_default_threads(tk_usable_cpus()) */
     uint32_t heartbeat_ms;
     uint32_t election_ms; /* lower bound; the timeout is drawn in [ms, ms + 100] */
     bool force_new_domain;

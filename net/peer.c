@@ -1005,8 +1005,10 @@ unsigned tk_peers_prune(struct tk_peers *p, bool (*keep)(void *ctx, const char *
     for (uint32_t i = 0; i < LINKS_MAX; i++) {
         struct tk_plink *l = p->links[i];
         if (l && l->outbound && !l->forget && !keep(ctx, l->addr)) {
-            tk_log(TK_LOG_INFO, "peer link to %s closed: not a member of --peers or the "
-                   "configuration", l->addr);
+            tk_log(TK_LOG_INFO,
+                   "peer link to %s closed: not a member of --peers or the "
+                   "configuration",
+                   l->addr);
             link_forget(p, l);
             n++;
         }
@@ -1033,8 +1035,10 @@ static void inbound_budget(struct tk_peers *p, const struct tk_plink *fresh)
     }
     if (n > INBOUND_MAX && idle) {
         p->st.inbound_evicted++;
-        link_warn(p, idle, "closed: more than %u authenticated peer links; this one was idle "
-                  "the longest", INBOUND_MAX);
+        link_warn(p, idle,
+                  "closed: more than %u authenticated peer links; this one was idle "
+                  "the longest",
+                  INBOUND_MAX);
         tk_plink_close(p, idle);
     }
 }
@@ -1088,7 +1092,6 @@ bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_
 
 /* ------------------------------------------------------------------ */
 /* Handshake (SPEC 2 with the peer secret: TICKETING-PEER/2, core/handshake.h) */
-
 
 /* Failed logins on the peer port: a few lines a second at most. */
 static struct tk_log_limit auth_log = TK_LOG_LIMIT_INIT;
@@ -1288,8 +1291,8 @@ static void on_accept(struct tk_peers *p, int fd)
      * dialler's certificate (tls_check_peer): a certificate that is not a
      * peer's learns nothing, not even a nonce. */
     char line[TK_HS_LINE_MAX];
-    size_t n = tk_hs_listen(&l->hs, p->s->peer_secret, p->s->peer_secret_len, p->self, snonce,
-                            line, sizeof(line));
+    size_t n = tk_hs_listen(&l->hs, p->s->peer_secret, p->s->peer_secret_len, p->self, snonce, line,
+                            sizeof(line));
     if (!l->tls)
         send_line(l, line, n);
     arm_recv(p, l);

@@ -43,13 +43,12 @@ struct tk_peer_cb {
 };
 
 /* Listens on the peer port. self is this node's peer address as --peers
- * lists it: an inbound handshake must name it (core/handshake.h). wake_fd (eventfd) is polled in the same ring;
- * resolver threads write it too, until tk_peers_destroy(), which must come
- * before wake_fd is closed. Lookups still running then finish (and are
- * dropped) on their own threads: destroy does not wait for DNS. With
- * s->opt.tls_cert set it loads the peer TLS contexts from tls_cert,
- * tls_key and tls_ca (required then); a file that cannot be used fails the
- * call (TK_EINVAL) after an error line naming the file and the cause. */
+ * lists it: an inbound handshake must name it (core/handshake.h). wake_fd (eventfd) is polled in
+ * the same ring; resolver threads write it too, until tk_peers_destroy(), which must come before
+ * wake_fd is closed. Lookups still running then finish (and are dropped) on their own threads:
+ * destroy does not wait for DNS. With s->opt.tls_cert set it loads the peer TLS contexts from
+ * tls_cert, tls_key and tls_ca (required then); a file that cannot be used fails the call
+ * (TK_EINVAL) after an error line naming the file and the cause. */
 int tk_peers_create(struct tk_server *s,
                     const char *self,
                     const struct tk_peer_cb *cb,
@@ -59,10 +58,9 @@ void tk_peers_destroy(struct tk_peers *p);
 
 /* The outbound link to addr ("host:port"), created and dialled on first
  * use and redialled after failures; NULL if the outbound share of the link
- * table is full (the caller dials only members, so it never is). A host name is looked up again at each
- * dial by a resolver thread of this module (one lookup per address at a
- * time), never on the calling thread; an IP literal connects at once. The
- * link is not ready while its lookup runs. */
+ * table is full (the caller dials only members, so it never is). A host name is looked up again at
+ * each dial by a resolver thread of this module (one lookup per address at a time), never on the
+ * calling thread; an IP literal connects at once. The link is not ready while its lookup runs. */
 struct tk_plink *tk_peers_dial(struct tk_peers *p, const char *addr);
 /* Forgets every outbound link whose address keep() refuses (a member that
  * left the configuration, an address nobody lists): closed, its slot
@@ -119,7 +117,7 @@ struct tk_peer_stats {
     uint64_t frames_oversize, handshake_timeouts, frames_malformed, accept_errors;
     uint64_t handshakes_evicted;
     uint64_t resolves, resolve_failures; /* name lookups (off the Raft thread) */
-    uint64_t tls_failures; /* links closed by a TLS failure (handshake, certificate, record) */
+    uint64_t tls_failures;    /* links closed by a TLS failure (handshake, certificate, record) */
     uint64_t links_evicted;   /* outbound links to addresses no longer members (prune) */
     uint64_t inbound_evicted; /* authenticated inbound links closed over INBOUND_MAX */
     uint64_t dials_refused;   /* outbound links refused: the outbound share was full */

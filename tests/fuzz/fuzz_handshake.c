@@ -81,8 +81,8 @@ static void one_line(const char *line, size_t len)
         FUZZ_CHECK(fuzz_inside(cnonce, TK_AUTH_HEX_LEN, line, len));
         FUZZ_CHECK(fuzz_inside(to, to_len, line, len));
         FUZZ_CHECK(to_len >= 1 && to_len <= TK_PROTO_PEER_ADDR_MAX);
-        same_line(out, tk_proto_fmt_peer_auth(out, sizeof(out), cnonce, cproof, to, to_len),
-                  line, len);
+        same_line(out, tk_proto_fmt_peer_auth(out, sizeof(out), cnonce, cproof, to, to_len), line,
+                  len);
     }
 
     const char *sproof = NULL;

@@ -410,7 +410,8 @@ Test(tls_cluster, a_client_certificate_of_the_shared_ca_does_not_open_the_peer_p
     cr_assert(log_line(l, "peer link from 127.0.0.1:", "its certificate names no member", 3000),
               "the refusal was not logged with its cause");
     uint64_t v = 0;
-    for (int i = 0; i < 100 && !(metric(l, "ticketing_peer_certs_refused_total", &v) && v >= 1); i++)
+    for (int i = 0; i < 100 && !(metric(l, "ticketing_peer_certs_refused_total", &v) && v >= 1);
+         i++)
         usleep(20000);
     cr_assert_geq(v, 1, "ticketing_peer_certs_refused_total");
     /* A member's certificate (it names 127.0.0.1, the host of --peers). */
@@ -426,8 +427,13 @@ Test(tls_cluster, a_peer_ca_of_its_own_keeps_the_client_ca_out)
         args[a] = tls_args[a];
         a++;
     }
-    const char *peer[] = {"--tls-peer-ca",  f("peer-ca.pem"), "--tls-peer-cert", f("peer.pem"),
-                          "--tls-peer-key", f("peer.key"),    NULL};
+    const char *peer[] = {"--tls-peer-ca",
+                          f("peer-ca.pem"),
+                          "--tls-peer-cert",
+                          f("peer.pem"),
+                          "--tls-peer-key",
+                          f("peer.key"),
+                          NULL};
     for (int i = 0; peer[i]; i++)
         args[a++] = peer[i];
     args[a] = NULL;
@@ -461,20 +467,40 @@ Test(tls_cluster, remove_member_over_tls)
     snprintf(secret, sizeof(secret), "--peer-secret-file=%s", cl.node[l].peer_secret_file);
     cr_assert_eq(tk_pause_pid(cl.node[k].pid), 0);
     usleep(1200 * 1000); /* past the election timeout: removable */
-    const char *plain[] = {TK_BIN_DIR "/ticketctl", "remove-member", id, addr, secret,
-                           "--timeout", "2s", NULL};
+    const char *plain[] = {
+        TK_BIN_DIR "/ticketctl", "remove-member", id, addr, secret, "--timeout", "2s", NULL};
     int code = tk_run(plain, out, sizeof(out), 30000);
     cr_assert_eq(code, 83, "exit %d: %s", code, out);
     cr_assert(strstr(out, "give --tls-ca") != NULL, "%s", out);
-    const char *client[] = {TK_BIN_DIR "/ticketctl", "remove-member", id, addr, secret,
-                            "--tls-ca", f("ca.pem"), "--tls-cert", f("client.pem"), "--tls-key",
-                            f("client.key"), "--timeout", "2s", NULL};
+    const char *client[] = {TK_BIN_DIR "/ticketctl",
+                            "remove-member",
+                            id,
+                            addr,
+                            secret,
+                            "--tls-ca",
+                            f("ca.pem"),
+                            "--tls-cert",
+                            f("client.pem"),
+                            "--tls-key",
+                            f("client.key"),
+                            "--timeout",
+                            "2s",
+                            NULL};
     code = tk_run(client, out, sizeof(out), 30000);
     cr_assert_eq(code, 83, "exit %d with a client's certificate: %s", code, out);
     cr_assert(strstr(out, "no banner") != NULL, "%s", out); /* closed before the banner */
-    const char *member[] = {TK_BIN_DIR "/ticketctl", "remove-member", id, addr, secret,
-                            "--tls-ca", f("ca.pem"), "--tls-cert", f("node.pem"), "--tls-key",
-                            f("node.key"), NULL};
+    const char *member[] = {TK_BIN_DIR "/ticketctl",
+                            "remove-member",
+                            id,
+                            addr,
+                            secret,
+                            "--tls-ca",
+                            f("ca.pem"),
+                            "--tls-cert",
+                            f("node.pem"),
+                            "--tls-key",
+                            f("node.key"),
+                            NULL};
     code = tk_run(member, out, sizeof(out), 30000);
     kill(cl.node[k].pid, SIGCONT);
     cr_assert_eq(code, 0, "exit %d: %s", code, out);

@@ -234,13 +234,12 @@ Test(trust, a_relayed_remove_member_is_refused_and_removes_nothing)
     kill(cl.node[f].pid, SIGCONT);
 
     cr_assert_gt(atomic_load(&r.relayed), 0, "ticketctl never reached the relay: %s", out);
-    cr_assert_not(atomic_load(&r.saw_ok),
-                  "the leader authenticated a relayed proof (it said '%s')", r.leader_says);
+    cr_assert_not(atomic_load(&r.saw_ok), "the leader authenticated a relayed proof (it said '%s')",
+                  r.leader_says);
     cr_assert_str_eq(r.leader_says, "E - auth");
     cr_assert_neq(code, 0, "ticketctl reported success through a relay: %s", out);
     cr_assert(strstr(out, "removed ") == NULL, "%s", out);
-    cr_assert(strstr(out, "another address") != NULL || strstr(out, "refused") != NULL, "%s",
-              out);
+    cr_assert(strstr(out, "another address") != NULL || strstr(out, "refused") != NULL, "%s", out);
     cr_assert(is_member(l, gone), "the member was removed through the relay");
     /* The leader says why in its log: the proof was meant for another address. */
     char cmd[512];
@@ -288,7 +287,8 @@ static void *forger_main(void *arg)
     tk_tc_send_raw(&c, out, n);
     /* The REMOVE frame (not read: any answer will do), then the forgery. */
     usleep(200 * 1000);
-    struct tk_wire_frame f = {.msg = {.type = TK_RAFT_MSG_JOIN_REPLY, .from = 0x5151515151515151ull}};
+    struct tk_wire_frame f = {
+        .msg = {.type = TK_RAFT_MSG_JOIN_REPLY, .from = 0x5151515151515151ull}};
     f.msg.join_reply.status = TK_RAFT_JOIN_OK;
     tk_peer_send(&c, &f);
     atomic_store(&g->done, true);
@@ -309,9 +309,8 @@ Test(trust, an_answer_without_the_nodes_mac_is_not_believed)
     cr_assert_eq(pthread_create(&t, NULL, forger_main, &g), 0);
     snprintf(peer, sizeof peer, "--peer-secret-file=%s", g.secret_file);
     snprintf(peers, sizeof peers, "--peers=127.0.0.1:%u", g.port);
-    int code = ctl(ARGS(peers, "remove-member", "0123456789abcdef", peer,
-                        "--timeout", "2s"),
-                   out, sizeof out);
+    int code = ctl(ARGS(peers, "remove-member", "0123456789abcdef", peer, "--timeout", "2s"), out,
+                   sizeof out);
     pthread_join(t, NULL);
     close(g.fd);
     cr_assert(atomic_load(&g.done), "the stand-in never got to answer: %s", out);

@@ -95,9 +95,9 @@ Test(handshake, an_auth_with_its_address_rewritten_is_refused)
 {
     struct pair p;
     run(&p, SECRET, "127.0.0.1:7412", "127.0.0.1:7401");
-    cr_assert_eq(tk_hs_line(&p.dialler, p.banner, p.banner_len - 1, p.auth, sizeof p.auth,
-                            &p.auth_len),
-                 TK_HS_OK);
+    cr_assert_eq(
+        tk_hs_line(&p.dialler, p.banner, p.banner_len - 1, p.auth, sizeof p.auth, &p.auth_len),
+        TK_HS_OK);
     char *at = strstr(p.auth, "127.0.0.1:7412");
     cr_assert_not_null(at);
     memcpy(at, "127.0.0.1:7401", 14);
