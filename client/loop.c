@@ -11,7 +11,8 @@
  *     then UNAVAILABLE (an untouched line still in a write buffer is
  *     neutered first, so it can never be granted);
  *   acquire, written: first write + wait as sent + response_grace_ms, then
- *     INDETERMINATE;
+ *     INDETERMINATE (a G that comes after first write + lease_ms is
+ *     INDETERMINATE too, reason "lease", and compensated);
  *   release (explicit or compensation): enqueue + 5 s, then UNCONFIRMED;
  *   query, ping: submit + request_timeout_ms, then UNAVAILABLE;
  *   decided but still holding an id on a connection (a "zombie"): a linger
@@ -336,6 +337,25 @@ static void response_result(const struct cl_req *r,
     }
 }
 
+/* A G for a pending acquire that arrives at or after the lease deadline the
+ * client counts from its first write (SPEC 3: "count it from the moment it
+ * sent the acquire"): the lease it grants may already be someone else's, so
+ * the caller must not enter. It is INDETERMINATE with reason "lease" (a grant
+ * came, but too late to be used), and the token is released at once as a
+ * known-token compensation, as for a G that comes after the caller was told. */
+static void grant_too_late(struct tk_client *c,
+                           const struct cl_req *r,
+                           struct tk_client_result *res)
+{
+    TK_ASSERT(r->type == 'A');
+    TK_ASSERT(res->token != 0);
+    cl_log(c, 1, "grant of %s token %llu came after its lease had run out", r->key,
+           (unsigned long long)res->token);
+    compensate(c, r, res->token);
+    *res = (struct tk_client_result){.outcome = TK_CLIENT_INDETERMINATE};
+    snprintf(res->reason, sizeof res->reason, "lease");
+}
+
 void cl_on_response(struct tk_client *c, struct cl_req *r, const struct tk_response *rsp)
 {
     TK_ASSERT(r->wire == CL_WIRE_NONE); /* the connection let go of it */
@@ -349,7 +369,10 @@ void cl_on_response(struct tk_client *c, struct cl_req *r, const struct tk_respo
         return;
     }
     struct tk_client_result res = {0};
-    response_result(r, rsp, &res, cl_now_us());
+    uint64_t now_us = cl_now_us();
+    response_result(r, rsp, &res, now_us);
+    if (res.outcome == TK_CLIENT_ACQUIRED && now_us >= res.lease_deadline_us)
+        grant_too_late(c, r, &res);
     cl_heap_remove(c, r);
     cl_decide(c, r, &res);
     cl_release_req(c, r);

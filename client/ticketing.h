@@ -79,7 +79,10 @@ enum tk_client_outcome {
                                 budget: definitely not acquired (for a query or a ping:
                                 no answer came within the budget) */
     TK_CLIENT_INDETERMINATE, /* written, no confirmed answer: you may or may not hold
-                                the key; do NOT enter the critical section */
+                                the key; do NOT enter the critical section. Also
+                                (reason "lease") a G that came only after the lease
+                                counted from the first write had run out; the client
+                                releases that token itself */
     TK_CLIENT_CANCELLED,     /* tk_client_cancel() or tk_client_destroy() came first:
                                 treat as not acquired; a late grant is released */
     /* release */
@@ -115,7 +118,9 @@ struct tk_client_result {
      * blocking call refused locally also names its cause here: UNAVAILABLE
      * "requests_max", CANCELLED "shutdown". UNAVAILABLE "tls": decided
      * early because every connection's last attempt failed in TLS (see
-     * tk_client_last_error()). Empty otherwise. */
+     * tk_client_last_error()). INDETERMINATE "lease": a grant came, but
+     * only after lease_deadline_us as counted here, so it is lost already
+     * and the client releases it (a compensation). Empty otherwise. */
     char reason[16];
     /* ANSWERED query: held is false when the key is free; owner is the
      * holder (NUL-terminated), waiters the queue length. */

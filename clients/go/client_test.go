@@ -170,6 +170,72 @@ func TestCancelAfterSendCompensates(t *testing.T) {
 	}
 }
 
+// The lease counts from the first write of the acquire. A waiter queued
+// behind a holder for longer than its own lease gets its G only after that
+// lease ran out: ErrIndeterminate with Reason "lease", never a Grant, and
+// its client releases the token at once (one compensation). A waiter whose
+// lease outlasts the queueing is granted as usual.
+func TestGrantAfterLeaseIsIndeterminate(t *testing.T) {
+	n, secret := standalone(t)
+	holder := dial(t, []string{n.addr()}, secret, nil)
+	waiter := dial(t, []string{n.addr()}, secret, nil)
+	ctx := ctxT(t, 60*time.Second)
+	queued := func(key string, lease time.Duration) (Grant, time.Duration, error) {
+		g, err := holder.Acquire(ctx, key, 30*time.Second, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type out struct {
+			g   Grant
+			err error
+		}
+		outc := make(chan out, 1)
+		t0 := time.Now()
+		go func() {
+			wg, err := waiter.Acquire(ctx, key, lease, 10*time.Second)
+			outc <- out{wg, err}
+		}()
+		waitFor(t, 10*time.Second, func() bool {
+			q, err := holder.Query(ctx, key)
+			return err == nil && q.Waiters == 1
+		})
+		time.Sleep(1500*time.Millisecond - time.Since(t0))
+		if err := holder.Release(ctx, g); err != nil { // FIFO handoff to the waiter
+			t.Fatal(err)
+		}
+		o := <-outc
+		return o.g, time.Since(t0), o.err
+	}
+
+	_, took, err := queued("lease-late", time.Second)
+	var e *Error
+	if !errors.Is(err, ErrIndeterminate) || !errors.As(err, &e) || e.Reason != "lease" {
+		t.Fatalf("want ErrIndeterminate (lease), got %v", err)
+	}
+	if took < time.Second {
+		t.Fatalf("decided after %v, before the lease ran out", took)
+	}
+	waitFor(t, 10*time.Second, func() bool { return waiter.Stats().ReleasesQueued == 0 })
+	if s := waiter.Stats(); s.Compensations != 1 || s.CompensationsDropped != 0 || s.Indeterminate != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		q, err := holder.Query(ctx, "lease-late")
+		return err == nil && !q.Held
+	})
+
+	g, _, err := queued("lease-ok", 5*time.Second)
+	if err != nil || time.Until(g.LeaseDeadline) <= 0 {
+		t.Fatalf("want a Grant with lease left, got %+v, %v", g, err)
+	}
+	if err := waiter.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if s := waiter.Stats(); s.Compensations != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
 func waitFor(t *testing.T, d time.Duration, f func() bool) {
 	t.Helper()
 	end := time.Now().Add(d)

@@ -10,7 +10,8 @@ package ticketing
 //     UNAVAILABLE (an unwritten line still in our buffer is neutered first:
 //     its command letter becomes X, which the server answers E and ignores);
 //   acquire, written: first write + wait as sent + ResponseGrace, then
-//     INDETERMINATE;
+//     INDETERMINATE (a G that comes at or after first write + lease is
+//     INDETERMINATE too, reason "lease", and compensated);
 //   release (explicit or compensation): enqueue + 5 s, then UNCONFIRMED;
 //   query, ping: submit + RequestTimeout, then UNAVAILABLE;
 //   decided but still holding an id on a connection (a zombie): a linger,
@@ -345,6 +346,16 @@ func (l *loop) compensate(r *req, token uint64) {
 	l.accept(comp)
 }
 
+// grantTooLate: a G for a pending acquire at or after the lease deadline
+// counted from its first write. The lease may be someone else's already, so
+// the caller must not enter: INDETERMINATE with reason "lease", and the token
+// is released at once as a known-token compensation.
+func (l *loop) grantTooLate(r *req, token uint64) result {
+	l.c.logf(1, "grant of %s token %d came after its lease had run out", r.key, token)
+	l.compensate(r, token)
+	return result{outcome: oIndeterminate, reason: "lease"}
+}
+
 // zombie keeps a decided request's id until its answer or the linger.
 func (l *loop) zombie(r *req, now time.Duration) {
 	until := now + zombieLinger
@@ -396,6 +407,9 @@ func (l *loop) onResponse(r *req, rsp *response, now time.Duration) {
 		res.outcome, res.token = oAcquired, rsp.token
 		// The lease counts from the commit; the first write is earlier.
 		res.leaseEnd = r.sent + time.Duration(r.leaseMs)*time.Millisecond
+		if now >= res.leaseEnd {
+			res = l.grantTooLate(r, rsp.token)
+		}
 	case 'T':
 		res.outcome = oTimeout
 	case 'B':

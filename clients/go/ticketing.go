@@ -347,7 +347,9 @@ func ms(d time.Duration) (uint32, bool) {
 // ErrBusy, ErrTimeout, ErrUnavailable, ErrCancelled: not acquired.
 // ErrIndeterminate (the request was written and no answer came, or ctx
 // ended after it was written): maybe acquired; do not enter the critical
-// section; a grant that still arrives is released at once.
+// section; a grant that still arrives is released at once. ErrIndeterminate
+// with Reason "lease": the grant came, but only after the lease counted from
+// the first write had run out; it was released at once, do not enter.
 func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration) (Grant, error) {
 	l, okl := ms(lease)
 	w, okw := ms(wait)

@@ -3,7 +3,9 @@
  * shape and its reset, an acquire that outlives a server outage without a
  * byte sent, an acquire written and then cut (INDETERMINATE, never
  * "acquired"), a grant that arrives after the caller was told otherwise
- * (released at once), and the release queue's 5 s deadline and bound.
+ * (released at once), a grant that arrives after the lease the client
+ * counted (INDETERMINATE "lease", released at once), and the release
+ * queue's 5 s deadline and bound.
  *
  * Method: a real ticketingd behind tk_proxy (tests/support/tk_proxy.h), a
  * TCP proxy in a thread of the test that cuts connections, holds bytes in
@@ -340,6 +342,96 @@ Test(faults, late_grant_after_indeterminate_is_released_at_once)
     tk_client_stats(c, &st);
     cr_assert_eq(st.compensations, 1);
     cr_assert_eq(st.compensations_dropped, 0);
+    tk_client_destroy(c);
+}
+
+/* Log lines that name a compensation release's outcome: the release went
+ * to the server and was answered. */
+static pthread_mutex_t comp_mu = PTHREAD_MUTEX_INITIALIZER;
+static char comp_line[256];
+
+static void comp_log(void *arg, int level, const char *msg)
+{
+    (void)arg;
+    (void)level;
+    pthread_mutex_lock(&comp_mu);
+    if (strncmp(msg, "compensation release of ", 24) == 0)
+        snprintf(comp_line, sizeof comp_line, "%s", msg);
+    pthread_mutex_unlock(&comp_mu);
+}
+
+static bool await_comp_line(char *out, size_t cap, int timeout_ms)
+{
+    uint64_t end = tk_test_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        pthread_mutex_lock(&comp_mu);
+        snprintf(out, cap, "%s", comp_line);
+        pthread_mutex_unlock(&comp_mu);
+        if (out[0] != '\0')
+            return true;
+        if (tk_test_ms() >= end)
+            return false;
+        usleep(5000);
+    }
+}
+
+/* SPEC 3: the client counts the lease from its first write. A G held in the
+ * proxy until that lease has run out (the acquire still pending: wait 10 s)
+ * is INDETERMINATE with reason "lease", never ACQUIRED, and its token goes
+ * back through the release queue as one compensation. */
+Test(faults, grant_after_its_lease_is_indeterminate_and_released)
+{
+    struct tk_client_config cfg;
+    tk_client_config_init(&cfg);
+    cfg.log = comp_log;
+    struct tk_client *c = client_cfg(proxy_addr, &cfg);
+    await_ready(c, 2);
+    tk_proxy_hold(proxy, false, true);
+    struct one o = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    uint64_t t0 = tk_test_ms();
+    cr_assert_eq(tk_client_acquire_async(c, "lease-late", 1000, 10000, one_done, &o, NULL), 0);
+    usleep(1500 * 1000); /* granted at once; the G waits past the 1 s lease */
+    cr_assert(!one_wait(&o, 0), "decided while its G was held");
+    tk_proxy_hold(proxy, false, false);
+    cr_assert(one_wait(&o, 5000), "no outcome once the G was let through");
+    expect_outcome(o.res.outcome, TK_CLIENT_INDETERMINATE);
+    cr_assert_str_eq(o.res.reason, "lease");
+    cr_assert_eq(o.res.token, 0, "the late token must not reach the caller");
+    cr_assert_eq(o.res.lease_deadline_us, 0);
+    cr_assert_neq(o.res.sent_us, 0);
+    cr_assert_geq(o.at_ms - t0, 1000, "decided before the lease ran out");
+    char line[256];
+    cr_assert(await_comp_line(line, sizeof line, 5000), "no compensation release was answered");
+    cr_assert(strstr(line, "lease-late") != NULL, "%s", line);
+    cr_assert(strstr(line, ": released") != NULL || strstr(line, ": not_held") != NULL, "%s", line);
+    cr_assert(await_server("lease-late", false, 5000), "the key is still held");
+    struct tk_client_stats st;
+    tk_client_stats(c, &st);
+    cr_assert_eq(st.compensations, 1);
+    cr_assert_eq(st.compensations_dropped, 0);
+    cr_assert_eq(st.indeterminate, 1);
+    tk_client_destroy(c);
+}
+
+/* The other side of the rule: a G held as long, but within a longer lease,
+ * is ACQUIRED, with a deadline still ahead. */
+Test(faults, grant_held_within_its_lease_is_acquired)
+{
+    struct tk_client *c = client_cfg(proxy_addr, NULL);
+    await_ready(c, 2);
+    tk_proxy_hold(proxy, false, true);
+    struct one o = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    cr_assert_eq(tk_client_acquire_async(c, "lease-ok", 5000, 10000, one_done, &o, NULL), 0);
+    usleep(1500 * 1000);
+    tk_proxy_hold(proxy, false, false);
+    cr_assert(one_wait(&o, 5000), "no outcome once the G was let through");
+    expect_outcome(o.res.outcome, TK_CLIENT_ACQUIRED);
+    cr_assert_gt(o.res.lease_deadline_us, tk_client_now_us());
+    struct tk_client_result r;
+    expect_outcome(tk_client_release(c, "lease-ok", o.res.token, &r), TK_CLIENT_RELEASED);
+    struct tk_client_stats st;
+    tk_client_stats(c, &st);
+    cr_assert_eq(st.compensations, 0);
     tk_client_destroy(c);
 }
 

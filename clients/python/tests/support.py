@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -20,6 +21,16 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYDIR = os.path.dirname(HERE)
 REPO = os.path.dirname(os.path.dirname(PYDIR))
+
+
+def fault_proxy(port):
+    """The conformance suite's fault proxy (tests/conformance/proxy.py) in
+    front of 127.0.0.1:port: it can hold the bytes of either direction."""
+    conformance = os.path.join(REPO, "tests", "conformance")
+    if conformance not in sys.path:
+        sys.path.insert(0, conformance)
+    from proxy import FaultProxy
+    return FaultProxy(port)
 
 
 def build_dir():

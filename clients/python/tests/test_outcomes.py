@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ticketing  # noqa: E402
 from ticketing import _core  # noqa: E402
-from tests.support import Server, free_ports3, write_secret  # noqa: E402
+from tests.support import Server, fault_proxy, free_ports3, write_secret  # noqa: E402
 
 
 def wait_for(pred, timeout=10.0):
@@ -246,6 +246,67 @@ class StoppedServer(unittest.TestCase):
             self.assertTrue(wait_for(lambda: not c.query("s-rel").held))
         finally:
             c.close()
+
+
+class HeldGrant(unittest.TestCase):
+    """A G held in a fault proxy while the acquire is still pending (wait
+    10 s). The lease counts from the first write: a G that comes after it
+    ran out is INDETERMINATE, reason "lease", and its token is released at
+    once (one compensation); one that comes within it is a Grant."""
+
+    def setUp(self):
+        self.srv = Server()
+        self.proxy = fault_proxy(self.srv.nodes[0].port)
+        self.c = ticketing.Client(f"127.0.0.1:{self.proxy.port}", secret_file=self.srv.secret)
+        self.c.ping()
+
+    def tearDown(self):
+        self.c.close()
+        self.proxy.stop()
+        self.srv.stop()
+
+    def acquire_held(self, key, lease_ms, held_s):
+        """acquire(key, lease_ms, wait 10 s) with its answer held for held_s:
+        (the Grant or the exception, seconds the call took)."""
+        out = []
+
+        def call():
+            try:
+                out.append(self.c.acquire(key, lease_ms, 10000))
+            except ticketing.Error as e:
+                out.append(e)
+
+        self.proxy.hold(False, True)
+        t0 = time.monotonic()
+        t = threading.Thread(target=call)
+        t.start()
+        time.sleep(held_s)
+        self.assertEqual(out, [], "decided while its G was held")
+        self.proxy.hold(False, False)
+        t.join(10)
+        self.assertEqual(len(out), 1, "no outcome once the G was let through")
+        return out[0], time.monotonic() - t0
+
+    def test_grant_after_the_lease_is_indeterminate_and_released(self):
+        got, took = self.acquire_held("h-late", 1000, 1.5)
+        self.assertIsInstance(got, ticketing.Indeterminate)
+        self.assertEqual(got.reason, "lease")
+        self.assertEqual(got.result.token, 0, "the late token must not reach the caller")
+        self.assertIsNone(got.result.lease_deadline)
+        self.assertIsNotNone(got.result.sent)
+        self.assertGreaterEqual(took, 1.0)  # not before the lease ran out
+        st = self.c.stats()
+        self.assertEqual((st["compensations"], st["compensations_dropped"]), (1, 0))
+        self.assertEqual(st["indeterminate"], 1)
+        self.assertTrue(wait_for(lambda: self.c.stats()["releases_queued"] == 0))
+        self.assertTrue(wait_for(lambda: not self.c.query("h-late").held))
+
+    def test_grant_within_the_lease_is_held(self):
+        got, _ = self.acquire_held("h-ok", 5000, 1.5)
+        self.assertIsInstance(got, ticketing.Grant)
+        self.assertGreater(got.remaining(), 0)
+        self.c.release(got)
+        self.assertEqual(self.c.stats()["compensations"], 0)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ Deadlines (a request's heap key) depend on where the request is:
     UNAVAILABLE (a line still in a write buffer is neutered first: its
     command letter becomes X, which the server answers E and ignores);
   acquire, written: first write + wait as sent + response_grace_ms, then
-    INDETERMINATE;
+    INDETERMINATE (a G that comes at or after first write + lease_ms is
+    INDETERMINATE too, reason "lease", and compensated);
   release (explicit or compensation): enqueue + 5 s, absolute, then
     UNCONFIRMED;
   query, ping: submit + request_timeout_ms, then UNAVAILABLE;
@@ -816,6 +817,15 @@ class Core:
         c.submit = time.monotonic()
         self.accept(c)
 
+    def grant_too_late(self, r, token):
+        """A G for a pending acquire at or after the lease deadline counted
+        from its first write: the lease may be someone else's already, so
+        the caller must not enter. INDETERMINATE, reason "lease", and the
+        token is released at once as a known-token compensation."""
+        self.log(1, f"grant of {r.key} token {token} came after its lease had run out")
+        self.compensate(r, token)
+        return Result(INDETERMINATE, reason="lease")
+
     def zombie(self, r, now):
         until = now + ZOMBIE_LINGER
         if r.type == "A" and r.wire == WIRE_SENT:
@@ -842,6 +852,8 @@ class Core:
         if t == "G":
             # The lease counts from the commit; the first write is earlier.
             res = Result(ACQUIRED, token=rsp.token, lease_deadline=r.sent + r.lease_ms / 1000)
+            if time.monotonic() >= res.lease_deadline:
+                res = self.grant_too_late(r, rsp.token)
         elif t == "Q":
             res = Result(ANSWERED, token=rsp.token, held=rsp.owner is not None,
                          owner=rsp.owner, waiters=rsp.waiters)

@@ -57,6 +57,11 @@ class Error(Exception):
         super().__init__(message)
         self.result = result
 
+    @property
+    def reason(self):
+        """The client's reason word for the outcome, "" when it names none."""
+        return self.result.reason if self.result else ""
+
 
 class ConfigError(Error, ValueError):
     """The client cannot be made: bad addresses, owner, numbers, secret, TLS files."""
@@ -77,10 +82,6 @@ class Invalid(Error):
     .reason names it ("key", "owner", "lease", "wait", "token", ...)."""
     outcome = INVALID
 
-    @property
-    def reason(self):
-        return self.result.reason if self.result else ""
-
 
 class Unavailable(Error):
     """Acquire: not one byte was written within its budget, definitely not
@@ -90,7 +91,9 @@ class Unavailable(Error):
 
 class Indeterminate(Error):
     """The acquire was written and no confirmed answer came. The key may be
-    held by you: do NOT enter. A late grant is released by the client."""
+    held by you: do NOT enter. A late grant is released by the client.
+    .reason "lease": a grant did come, but only after the lease counted from
+    the first write had run out; the client releases it at once."""
     outcome = INDETERMINATE
 
 
