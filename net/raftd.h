@@ -12,11 +12,15 @@
 #include "net/metrics.h"
 #include "net/peer.h"
 #include "net/server.h"
+#include "raft/boot.h"
 #include "raft/driver.h"
 #include "raft/raft.h"
 
 #define PROBE_PERIOD_US 250000u
 #define PROBE_FRESH_US 1500000u
+/* After writing a new domain's entry 1, its proposer repeats CHOSEN this
+ * long to voters that may have missed it. */
+#define BOOT_LINGER_US 10000000u
 #define STATUS_PERIOD_US 100000u
 #define DRAIN_TRANSFER_US 3000000u
 /* A follower's workers are woken for committed commands at most this often
@@ -55,6 +59,15 @@ struct tk_raftd {
     struct peer_info info[TK_PEERS_MAX];
     uint64_t probe_at;
     bool domain_seen; /* a peer reported membership of a domain (warned once) */
+
+    /* The new-domain agreement among fresh nodes (raft/boot.h). */
+    struct tk_boot boot;
+    bool boot_ready;            /* boot initialised (first probe round) */
+    bool boot_willing;          /* this node's view lets it promise a new domain */
+    uint64_t boot_floor;        /* the highest fencing counter its probes saw */
+    struct tk_boot_offer offer; /* what it proposes, while offering */
+    bool offering;              /* its view says it should write the new domain */
+    uint64_t boot_linger_until; /* after writing entry 1: keep telling the voters */
 
     /* Joining a live domain as a fresh NodeId (SPEC 10). */
     uint64_t join_leader_id;                 /* whom to ask; 0: no leader known */

@@ -411,6 +411,8 @@ static bool answer_stranger(struct tk_raftd *r, struct tk_plink *l, const struct
     return true;
 }
 
+static void on_boot(struct tk_raftd *r, const struct tk_raft_msg *m);
+
 void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f)
 {
     struct tk_raftd *r = ctx;
@@ -435,6 +437,9 @@ void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f
         case TK_RAFT_MSG_REMOVE:
             on_remove(r, l, &f->msg);
             return;
+        case TK_RAFT_MSG_BOOT:
+            on_boot(r, &f->msg);
+            return;
         default:
             break;
     }
@@ -448,13 +453,13 @@ void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f
         type != TK_RAFT_MSG_SNAPSHOT_REPLY)
         return;
     if (!mine) {
-        /* A fresh node takes Raft traffic only from the peers it agreed to
-         * bootstrap with (probed fresh, same --peers), or from the domain
-         * it asked to join. */
+        /* A fresh node takes Raft traffic only of the new domain the
+         * agreement gave it (accepted or chosen here), or of the domain it
+         * asked to join. */
         bool known =
             theirs && f->domain_lo == r->join_domain_lo && f->domain_hi == r->join_domain_hi;
-        for (uint32_t i = 0; i < r->npeers; i++)
-            known |= i != r->self && r->info[i].id == f->msg.from && r->info[i].agreed;
+        known |=
+            theirs && r->boot_ready && tk_boot_knows_domain(&r->boot, f->domain_lo, f->domain_hi);
         if (!known)
             return;
     }
@@ -478,58 +483,117 @@ void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f
     raftd_process(r, rc, &up);
 }
 
-/* Writes entry 1 of a new fencing domain whose voters are this node and
- * the partners in `with` (SPEC 7, 10). */
-static void bootstrap(struct tk_raftd *r,
-                      const bool *with,
-                      uint64_t token_floor,
-                      uint64_t serve_after_us)
+/* Writes entry 1 of the new fencing domain the agreement chose (SPEC 7,
+ * 10): this node is one of its voters. */
+static void bootstrap(struct tk_raftd *r, const struct tk_boot_value *v)
 {
-    struct tk_raft_config c = {.domain_lo = raftd_random_u64(),
-                               .domain_hi = raftd_random_u64(),
-                               .serve_after_us = serve_after_us};
-    for (uint32_t i = 0; i < r->npeers; i++) {
-        if (i != r->self && !with[i])
-            continue;
-        struct tk_raft_member *mb = &c.m[c.n++];
-        mb->role = TK_RAFT_VOTER;
-        mb->id = i == r->self ? r->s->node_id : r->info[i].id;
-        snprintf(mb->peer_addr, sizeof(mb->peer_addr), "%s", r->peer_addr[i]);
-        snprintf(mb->client_addr, sizeof(mb->client_addr), "%s",
-                 i == r->self ? r->s->advertise : r->info[i].client_addr);
-    }
-    tk_log(TK_LOG_INFO, "bootstrapping fencing domain %016llx%016llx with %u voters",
-           (unsigned long long)c.domain_hi, (unsigned long long)c.domain_lo, c.n);
+    tk_log(TK_LOG_INFO,
+           "bootstrapping fencing domain %016llx%016llx with %u voters (agreed by a majority "
+           "of --peers), first token %llu",
+           (unsigned long long)v->config.domain_hi, (unsigned long long)v->config.domain_lo,
+           v->config.n, (unsigned long long)v->token_first);
     /* A refusal (the wall clock, a configuration the core rejects) is
-     * logged by the driver and changes nothing: the next probe round
-     * decides again with fresh information. */
-    (void)tk_driver_bootstrap(r->d, &c, token_floor);
+     * logged by the driver and changes nothing; the domain's other voters
+     * write the same entry, or this node joins it later. */
+    (void)tk_driver_bootstrap(r->d, &v->config, v->token_first);
+    r->boot_linger_until = r->now + BOOT_LINGER_US;
 }
 
-/* Bootstrap (SPEC 10): once every configured peer answered our probes as
- * fresh with the same --peers, the lowest NodeId writes the initial
- * configuration of a new fencing domain. While a configured peer still
- * belongs to a domain, a fresh node joins it instead (maybe_join), unless
- * an operator forces a new domain over a lost one: a majority of --peers
- * fresh (so the old domain has lost a majority for good), none of its
- * survivors knowing a leader, and one of the fresh set run with
- * --force-new-domain. The forced domain's first token is above every
- * counter a survivor reported, and it serves nothing for
+/* --peers as the agreement sees it: each entry's NodeId and client
+ * address as its probes gave them, once it probed us with the same
+ * --peers and is fresh (no domain); 0 otherwise, so nothing is sent to it. */
+static void boot_peers(struct tk_raftd *r, struct tk_boot_peer *out)
+{
+    for (uint32_t i = 0; i < r->npeers; i++) {
+        struct tk_boot_peer *p = &out[i];
+        memset(p, 0, sizeof(*p));
+        snprintf(p->peer_addr, sizeof(p->peer_addr), "%s", r->peer_addr[i]);
+        if (i == r->self) {
+            p->id = r->s->node_id;
+            snprintf(p->client_addr, sizeof(p->client_addr), "%s", r->s->advertise);
+            continue;
+        }
+        const struct peer_info *pi = &r->info[i];
+        if (pi->id && pi->probed_us && !pi->member && pi->peers_hash == r->peers_hash &&
+            pi->client_addr[0]) {
+            p->id = pi->id;
+            snprintf(p->client_addr, sizeof(p->client_addr), "%s", pi->client_addr);
+        }
+    }
+}
+
+/* What one call of the agreement asks for: its messages, and entry 1. */
+static void boot_out(struct tk_raftd *r, const struct tk_boot_out *out)
+{
+    for (uint32_t i = 0; i < out->n; i++)
+        raftd_send_msg(r, &out->sends[i].m, r->peer_addr[out->sends[i].peer]);
+    if (out->write && !tk_raft_config(r->core))
+        bootstrap(r, out->write);
+}
+
+static void boot_start(struct tk_raftd *r)
+{
+    if (r->boot_ready)
+        return;
+    tk_boot_init(&r->boot, r->s->node_id, r->self, r->npeers, r->peers_hash, raftd_random_u64());
+    r->boot_ready = true;
+}
+
+/* A BOOT message: a fresh node takes part in the agreement; a member has
+ * nothing to say (its domain exists). */
+static void on_boot(struct tk_raftd *r, const struct tk_raft_msg *m)
+{
+    if (tk_raft_config(r->core) || r->npeers < 3)
+        return;
+    boot_start(r);
+    int from = -1;
+    for (uint32_t i = 0; i < r->npeers && from < 0; i++)
+        if (i != r->self && r->info[i].id == m->from)
+            from = (int)i;
+    if (from < 0)
+        return;
+    struct tk_boot_peer peers[TK_PEERS_MAX];
+    boot_peers(r, peers);
+    struct tk_boot_out out;
+    tk_boot_receive(&r->boot, peers, (uint32_t)from, m, r->boot_willing, r->boot_floor, r->now,
+                    &out);
+    boot_out(r, &out);
+}
+
+/* Bootstrap (SPEC 10). A fresh node whose view says a new domain is due
+ * (every peer of --peers fresh with the same --peers, and it is the
+ * lowest NodeId; or --force-new-domain over a lost majority: a majority
+ * fresh, no survivor knowing a leader, and it is the lowest NodeId of the
+ * fresh nodes so run) does not write it from that view: it proposes it to
+ * the agreement (raft/boot.h), and only a value a majority of --peers
+ * accepted is written, so two views can never start two domains. While a
+ * configured peer belongs to a live domain, a fresh node joins it instead
+ * (maybe_join) and promises nothing. A forced domain's first token is
+ * above every counter a promiser's probes saw, and it serves nothing for
  * --new-domain-hold-ms, so that the lost domain's holders run out first. */
 static void maybe_bootstrap(struct tk_raftd *r)
 {
-    if (tk_raft_config(r->core))
+    boot_start(r);
+    struct tk_boot_peer bpeers[TK_PEERS_MAX];
+    boot_peers(r, bpeers);
+    if (tk_raft_config(r->core)) {
+        /* Entry 1 is written: keep telling the other voters for a while,
+         * in case they missed the CHOSEN (they would join otherwise). */
+        if (r->offering && r->now < r->boot_linger_until) {
+            struct tk_boot_out out;
+            tk_boot_step(&r->boot, bpeers, &r->offer, r->now, &out);
+            boot_out(r, &out);
+        }
         return;
+    }
     struct tk_members_peer peers[TK_PEERS_MAX];
-    bool with[TK_PEERS_MAX] = {false};
     uint32_t n = 0;
     for (uint32_t i = 0; i < r->npeers; i++) {
         if (i == r->self)
             continue;
         struct peer_info *pi = &r->info[i];
         bool fresh = pi->replied_us && r->now - pi->replied_us < PROBE_FRESH_US;
-        struct tk_members_peer *p = &peers[n++];
-        *p = (struct tk_members_peer){
+        peers[n++] = (struct tk_members_peer){
             .id = pi->id,
             .fresh = fresh,
             .partner = fresh && !pi->member && pi->peers_hash == r->peers_hash && pi->id &&
@@ -539,7 +603,6 @@ static void maybe_bootstrap(struct tk_raftd *r)
             .forced = pi->forced,
             .token_next = pi->token_next,
         };
-        with[i] = p->partner;
     }
     struct tk_members_boot b;
     uint8_t v =
@@ -553,22 +616,40 @@ static void maybe_bootstrap(struct tk_raftd *r)
         r->leader_seen_us = 0;
     else if (!r->leader_seen_us)
         r->leader_seen_us = r->now;
-    if (v == TK_MEMBERS_BOOT_FORCE) {
+    /* A node that sees a live domain promises nothing: it joins it. */
+    r->boot_willing = v != TK_MEMBERS_BOOT_JOIN;
+    r->boot_floor = b.token_floor;
+    bool offer = v == TK_MEMBERS_BOOT_NOW || v == TK_MEMBERS_BOOT_FORCE;
+    if (offer && !r->offering) {
+        /* A new offer: a domain id, a first token, a hold of its own. It
+         * stays while this node offers, so retries propose the same. */
+        uint64_t wall = tk_wall_us();
         uint64_t hold_us = (uint64_t)r->s->opt.new_domain_hold_ms * 1000u;
-        tk_log(TK_LOG_WARN,
-               "forcing a new fencing domain: %u of %u members are fresh and the "
-               "old domain has no leader; every lock of the old domain is "
-               "forgotten, and the new one grants nothing for %llu ms",
-               b.fresh, r->npeers, (unsigned long long)r->s->opt.new_domain_hold_ms);
-        bootstrap(r, with, b.token_floor, tk_wall_us() + hold_us);
-        return;
+        uint32_t majority = r->npeers / 2 + 1;
+        r->offer = (struct tk_boot_offer){
+            .domain_lo = raftd_random_u64(),
+            .domain_hi = raftd_random_u64(),
+            .token_first = TK_MAX(wall, b.token_floor),
+            .serve_after_us = v == TK_MEMBERS_BOOT_FORCE ? wall + hold_us : 0,
+            /* A first domain has every peer; a forced one every fresh
+             * node this one sees, and a majority at least. */
+            .quorum = v == TK_MEMBERS_BOOT_NOW ? r->npeers : TK_MAX(majority, b.fresh),
+        };
+        if (v == TK_MEMBERS_BOOT_FORCE)
+            tk_log(TK_LOG_WARN,
+                   "proposing a forced new fencing domain: %u of %u members are fresh and the "
+                   "old domain has no leader; if a majority of --peers agrees, every lock of "
+                   "the old domain is forgotten, and the new one grants nothing for %llu ms",
+                   b.fresh, r->npeers, (unsigned long long)r->s->opt.new_domain_hold_ms);
     }
+    r->offering = offer;
+    struct tk_boot_out out;
+    tk_boot_step(&r->boot, bpeers, offer ? &r->offer : NULL, r->now, &out);
+    boot_out(r, &out);
     if (member_seen)
         return;
     set_note(r, RAFTD_BOOTSTRAPPING, TK_LOG_INFO,
              "fresh, waiting for every peer of --peers to be reachable and fresh");
-    if (v == TK_MEMBERS_BOOT_NOW)
-        bootstrap(r, with, b.token_floor, 0);
 }
 
 static void send_join(struct tk_raftd *r, const char *addr, uint64_t to)

@@ -619,13 +619,13 @@ void tk_driver_flush(struct tk_driver *d)
 /* ------------------------------------------------------------------ */
 /* Life */
 
-int tk_driver_bootstrap(struct tk_driver *d, const struct tk_raft_config *c, uint64_t token_floor)
+int tk_driver_bootstrap(struct tk_driver *d, const struct tk_raft_config *c, uint64_t first_token)
 {
-    if (d->wall < TK_DRIVER_TOKEN_EPOCH_US) {
+    uint64_t first = first_token ? first_token : d->wall;
+    if (d->wall < TK_DRIVER_TOKEN_EPOCH_US || first < TK_DRIVER_TOKEN_EPOCH_US) {
         event(d, TK_DRIVER_EV_BOOTSTRAP_FAILED, TK_EINVAL, 0);
         return TK_EINVAL;
     }
-    uint64_t first = TK_MAX(d->wall, token_floor);
     struct tk_raft_update up;
     int rc = tk_raft_bootstrap(d->core, c, first, d->now, &up);
     if (rc != TK_OK) {

@@ -121,10 +121,12 @@ void tk_driver_message(struct tk_driver *d,
  * read barrier for the reads asked. */
 void tk_driver_flush(struct tk_driver *d);
 
-/* Writes entry 1 of a new fencing domain (config c, first token at least
- * the wall clock and token_floor). Returns the core's verdict; failures are
- * logged and change nothing. */
-int tk_driver_bootstrap(struct tk_driver *d, const struct tk_raft_config *c, uint64_t token_floor);
+/* Writes entry 1 of a new fencing domain: config c, first token
+ * first_token exactly (a value the fresh nodes agreed on, raft/boot.h, so
+ * that every voter that writes it writes the same entry), or the wall
+ * clock when first_token is 0 (a standalone node). Returns the core's
+ * verdict; failures are logged and change nothing. */
+int tk_driver_bootstrap(struct tk_driver *d, const struct tk_raft_config *c, uint64_t first_token);
 
 /* Hands leadership to the most caught-up voter (SIGTERM). */
 int tk_driver_transfer(struct tk_driver *d);

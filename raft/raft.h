@@ -199,8 +199,9 @@ enum tk_raft_msg_type {
     TK_RAFT_MSG_PROBE = 11,
     TK_RAFT_MSG_PROBE_REPLY = 12,
     TK_RAFT_MSG_REMOVE = 13, /* an operator (ticketctl) asks the leader to drop a member */
+    TK_RAFT_MSG_BOOT = 14,   /* the new-domain agreement among fresh nodes (raft/boot.h) */
 };
-#define TK_RAFT_MSG_TYPE_MAX 13
+#define TK_RAFT_MSG_TYPE_MAX 14
 
 /* A string that points into someone else's buffer (not NUL-terminated). */
 struct tk_raft_str {
@@ -298,6 +299,20 @@ struct tk_raft_msg {
             struct tk_raft_str leader_client_addr;
             uint64_t token_next; /* the replier's fencing counter (0: fresh) */
         } probe_reply;
+        struct {                 /* BOOT (raft/boot.h) */
+            uint8_t phase;       /* enum tk_boot_phase */
+            uint64_t round;      /* the ballot: (round, ballot_id) */
+            uint64_t ballot_id;  /* the proposer's NodeId */
+            uint64_t peers_hash; /* of the sender's --peers: only equal lists agree */
+            /* PROMISE: the ballot of the value it accepted last (0:0 none);
+             * NACK: the higher ballot it promised. */
+            uint64_t acc_round, acc_id;
+            uint64_t token_floor; /* PROMISE: the highest fencing counter it saw */
+            uint64_t token_first; /* with config: the value's first token */
+            /* ACCEPT, CHOSEN, and a PROMISE that reports a value: the
+             * value's configuration (voters, domain, serve_after). */
+            const struct tk_raft_config *config;
+        } boot;
     };
 };
 

@@ -9,6 +9,9 @@
 
 #include <string.h>
 
+/* BOOT without its optional config: phase, seven u64, has_config. */
+#define BOOT_FIXED_LEN (1 + 7 * 8 + 1)
+
 /* ------------------------------------------------------------------ */
 /* Writer                                                              */
 
@@ -56,6 +59,14 @@ static void w_str(struct wbuf *w, struct tk_raft_str s)
     w_bytes(w, s.p, s.len);
 }
 
+static size_t config_len(const struct tk_raft_config *c)
+{
+    uint8_t tmp[TK_RAFT_CONFIG_ENCODED_MAX];
+    size_t n = tk_raft_config_encode(c, tmp, sizeof(tmp));
+    TK_ASSERT(n > 0);
+    return n;
+}
+
 static size_t payload_len(const struct tk_raft_msg *m)
 {
     size_t n = 0;
@@ -72,12 +83,8 @@ static size_t payload_len(const struct tk_raft_msg *m)
             return n;
         case TK_RAFT_MSG_APPEND_REPLY:
             return 25;
-        case TK_RAFT_MSG_SNAPSHOT: {
-            uint8_t tmp[TK_RAFT_CONFIG_ENCODED_MAX];
-            size_t c = tk_raft_config_encode(m->snapshot.config, tmp, sizeof(tmp));
-            TK_ASSERT(c > 0);
-            return 40 + c + 4 + m->snapshot.len;
-        }
+        case TK_RAFT_MSG_SNAPSHOT:
+            return 40 + config_len(m->snapshot.config) + 4 + m->snapshot.len;
         case TK_RAFT_MSG_SNAPSHOT_REPLY:
             return 17;
         case TK_RAFT_MSG_TIMEOUT_NOW:
@@ -93,6 +100,8 @@ static size_t payload_len(const struct tk_raft_msg *m)
                    m->probe_reply.leader_client_addr.len;
         case TK_RAFT_MSG_REMOVE:
             return 8;
+        case TK_RAFT_MSG_BOOT:
+            return BOOT_FIXED_LEN + (m->boot.config ? config_len(m->boot.config) : 0);
         default:
             TK_ASSERT(false);
             return 0;
@@ -124,6 +133,13 @@ static void encode_append(struct wbuf *w, const struct tk_raft_msg *m)
 }
 
 /* The caller checked the whole frame fits (tk_wire_encoded_len). */
+static void w_config(struct wbuf *w, const struct tk_raft_config *c)
+{
+    size_t n = tk_raft_config_encode(c, w->p + w->n, TK_RAFT_CONFIG_ENCODED_MAX);
+    TK_ASSERT(n > 0);
+    w->n += n;
+}
+
 static void encode_snapshot(struct wbuf *w, const struct tk_raft_msg *m)
 {
     w_u64(w, m->snapshot.index);
@@ -131,11 +147,24 @@ static void encode_snapshot(struct wbuf *w, const struct tk_raft_msg *m)
     w_u64(w, m->snapshot.token_next);
     w_u64(w, m->snapshot.total);
     w_u64(w, m->snapshot.offset);
-    size_t c = tk_raft_config_encode(m->snapshot.config, w->p + w->n, TK_RAFT_CONFIG_ENCODED_MAX);
-    TK_ASSERT(c > 0);
-    w->n += c;
+    w_config(w, m->snapshot.config);
     w_u32(w, m->snapshot.len);
     w_bytes(w, m->snapshot.data, m->snapshot.len);
+}
+
+static void encode_boot(struct wbuf *w, const struct tk_raft_msg *m)
+{
+    w_u8(w, m->boot.phase);
+    w_u64(w, m->boot.round);
+    w_u64(w, m->boot.ballot_id);
+    w_u64(w, m->boot.peers_hash);
+    w_u64(w, m->boot.acc_round);
+    w_u64(w, m->boot.acc_id);
+    w_u64(w, m->boot.token_floor);
+    w_u64(w, m->boot.token_first);
+    w_u8(w, m->boot.config ? 1 : 0);
+    if (m->boot.config)
+        w_config(w, m->boot.config);
 }
 
 static void encode_payload(struct wbuf *w, const struct tk_raft_msg *m)
@@ -196,6 +225,9 @@ static void encode_payload(struct wbuf *w, const struct tk_raft_msg *m)
             break;
         case TK_RAFT_MSG_REMOVE:
             w_u64(w, m->remove.id);
+            break;
+        case TK_RAFT_MSG_BOOT:
+            encode_boot(w, m);
             break;
         default:
             TK_ASSERT(false);
@@ -351,6 +383,18 @@ static void decode_append(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire_
     m->append.entries = n > 0 ? s->entries : NULL;
 }
 
+/* A membership config, decoded into the scratch. */
+static const struct tk_raft_config *r_config(struct rbuf *r, struct tk_wire_scratch *s)
+{
+    size_t used = 0;
+    if (r->bad || tk_raft_config_decode(r->p + r->pos, r->n - r->pos, &s->config, &used) != TK_OK) {
+        r->bad = true;
+        return NULL;
+    }
+    r->pos += used;
+    return &s->config;
+}
+
 static void decode_snapshot(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire_scratch *s)
 {
     m->snapshot.index = r_u64(r);
@@ -358,20 +402,34 @@ static void decode_snapshot(struct rbuf *r, struct tk_raft_msg *m, struct tk_wir
     m->snapshot.token_next = r_u64(r);
     m->snapshot.total = r_u64(r);
     m->snapshot.offset = r_u64(r);
+    m->snapshot.config = r_config(r, s);
     if (r->bad)
         return;
-    size_t used = 0;
-    if (tk_raft_config_decode(r->p + r->pos, r->n - r->pos, &s->config, &used) != TK_OK) {
-        r->bad = true;
-        return;
-    }
-    r->pos += used;
-    m->snapshot.config = &s->config;
     m->snapshot.len = r_u32(r);
     m->snapshot.data = r_bytes(r, m->snapshot.len);
     if (m->snapshot.offset > m->snapshot.total ||
         m->snapshot.len > m->snapshot.total - m->snapshot.offset)
         r->bad = true;
+}
+
+static void decode_boot(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire_scratch *s)
+{
+    m->boot.phase = r_u8(r);
+    m->boot.round = r_u64(r);
+    m->boot.ballot_id = r_u64(r);
+    m->boot.peers_hash = r_u64(r);
+    m->boot.acc_round = r_u64(r);
+    m->boot.acc_id = r_u64(r);
+    m->boot.token_floor = r_u64(r);
+    m->boot.token_first = r_u64(r);
+    bool has_config = r_bool(r);
+    if (r->bad)
+        return;
+    if (m->boot.phase < 1 || m->boot.phase > 6 || m->boot.round == 0 || m->boot.ballot_id == 0) {
+        r->bad = true;
+        return;
+    }
+    m->boot.config = has_config ? r_config(r, s) : NULL;
 }
 
 static void decode_payload(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire_scratch *s)
@@ -442,6 +500,9 @@ static void decode_payload(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire
             m->remove.id = r_u64(r);
             if (m->remove.id == 0)
                 r->bad = true;
+            break;
+        case TK_RAFT_MSG_BOOT:
+            decode_boot(r, m, s);
             break;
         default:
             r->bad = true;

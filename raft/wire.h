@@ -27,6 +27,9 @@
  *  12 PROBE_REPLY:       u8 flags | u64 peers_hash | u64 leader_id |
  *                        str leader_peer_addr | str leader_client_addr | u64 token_next
  *  13 REMOVE:            u64 id (non-zero; answered with JOIN_REPLY)
+ *  14 BOOT:              u8 phase (1..6) | u64 round (non-zero) | u64 ballot_id (non-zero) |
+ *                        u64 peers_hash | u64 acc_round | u64 acc_id | u64 token_floor |
+ *                        u64 token_first | u8 has_config | config if has_config
  * Strings of JOIN/PROBE are visible ASCII of at most TK_RAFT_ADDR_MAX bytes;
  * JOIN's and PROBE's own addresses are non-empty, a leader's may be empty
  * (unknown). A fresh node (no domain yet) sends domain 0:0.

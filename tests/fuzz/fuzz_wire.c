@@ -96,6 +96,12 @@ static void check_frame(const struct tk_wire_frame *f, const uint8_t *buf, size_
         case TK_RAFT_MSG_REMOVE:
             FUZZ_CHECK(m->remove.id != 0);
             break;
+        case TK_RAFT_MSG_BOOT:
+            FUZZ_CHECK(m->boot.phase >= 1 && m->boot.phase <= 6);
+            FUZZ_CHECK(m->boot.round != 0 && m->boot.ballot_id != 0);
+            if (m->boot.config)
+                FUZZ_CHECK(tk_raft_config_check(m->boot.config) == TK_OK);
+            break;
         default:
             FUZZ_CHECK(!"decoded an unknown type");
     }

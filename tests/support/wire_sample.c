@@ -119,6 +119,17 @@ struct tk_wire_frame tk_wire_sample(uint8_t type, const struct tk_raft_config *c
         case TK_RAFT_MSG_REMOVE:
             m->remove.id = 0x1234567890abcdefull;
             break;
+        case TK_RAFT_MSG_BOOT:
+            m->boot.phase = TK_BOOT_ACCEPT;
+            m->boot.round = 3;
+            m->boot.ballot_id = 0x77;
+            m->boot.peers_hash = 0xfeed;
+            m->boot.acc_round = 2;
+            m->boot.acc_id = 0x55;
+            m->boot.token_floor = 1796284995487521ull;
+            m->boot.token_first = 1796284995487522ull;
+            m->boot.config = cfg;
+            break;
         default:
             TK_ASSERT(!"no sample of this type");
     }

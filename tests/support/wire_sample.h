@@ -4,6 +4,7 @@
 #ifndef TK_WIRE_SAMPLE_H
 #define TK_WIRE_SAMPLE_H
 
+#include "raft/boot.h"
 #include "raft/wire.h"
 
 void tk_wire_sample_config(struct tk_raft_config *c);

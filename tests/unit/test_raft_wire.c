@@ -143,8 +143,48 @@ static void assert_same(const struct tk_wire_frame *a, const struct tk_wire_fram
         case TK_RAFT_MSG_REMOVE:
             cr_assert_eq(x->remove.id, y->remove.id);
             break;
-        default:
+        case TK_RAFT_MSG_BOOT:
+            cr_assert_eq(x->boot.phase, y->boot.phase);
+            cr_assert_eq(x->boot.round, y->boot.round);
+            cr_assert_eq(x->boot.ballot_id, y->boot.ballot_id);
+            cr_assert_eq(x->boot.peers_hash, y->boot.peers_hash);
+            cr_assert_eq(x->boot.acc_round, y->boot.acc_round);
+            cr_assert_eq(x->boot.acc_id, y->boot.acc_id);
+            cr_assert_eq(x->boot.token_floor, y->boot.token_floor);
+            cr_assert_eq(x->boot.token_first, y->boot.token_first);
+            cr_assert_eq(y->boot.config->n, 2);
+            cr_assert_eq(y->boot.config->domain_hi, 8);
+            cr_assert_eq(y->boot.config->serve_after_us, CFG.serve_after_us);
             break;
+        case TK_RAFT_MSG_TIMEOUT_NOW:
+            break; /* no payload */
+        default:
+            cr_assert(false, "type %u has no round-trip check", x->type);
+    }
+}
+
+/* A BOOT without a value (PREPARE, a PROMISE with nothing accepted), and
+ * the fields a BOOT must not have. */
+Test(raft_wire, boot_without_a_value_and_refusals)
+{
+    struct tk_wire_frame f = sample(TK_RAFT_MSG_BOOT);
+    f.msg.boot.config = NULL;
+    f.msg.boot.phase = TK_BOOT_PREPARE;
+    size_t n = encode(&f);
+    struct tk_wire_frame g;
+    cr_assert_eq(tk_wire_decode(BUF, n, &g, &S), TK_OK);
+    cr_assert_null(g.msg.boot.config);
+    cr_assert_eq(g.msg.boot.phase, TK_BOOT_PREPARE);
+    for (int bad = 0; bad < 3; bad++) {
+        struct tk_wire_frame h = f;
+        if (bad == 0)
+            h.msg.boot.phase = 7;
+        else if (bad == 1)
+            h.msg.boot.round = 0;
+        else
+            h.msg.boot.ballot_id = 0;
+        n = encode(&h);
+        cr_assert_eq(tk_wire_decode(BUF, n, &g, &S), TK_EPROTO, "case %d", bad);
     }
 }
 
