@@ -228,9 +228,17 @@ static void on_probe_reply(struct tk_raftd *r, const struct tk_wire_frame *f)
             r->join_domain_lo = f->domain_lo;
             r->join_domain_hi = f->domain_hi;
         }
-        if (f->domain_lo != r->join_domain_lo || f->domain_hi != r->join_domain_hi)
-            continue; /* peers of two domains: the first one seen wins */
-        if (m->probe_reply.leader_id && m->probe_reply.leader_peer_addr.len) {
+        bool led = m->probe_reply.leader_id && m->probe_reply.leader_peer_addr.len;
+        if (f->domain_lo != r->join_domain_lo || f->domain_hi != r->join_domain_hi) {
+            /* Peers of two domains: the first one seen is kept while it has
+             * a leader. One without (a lost domain that a forced one
+             * replaced) gives way to one whose member names its leader. */
+            if (!led || r->join_leader_id)
+                continue;
+            r->join_domain_lo = f->domain_lo;
+            r->join_domain_hi = f->domain_hi;
+        }
+        if (led) {
             if (!r->join_leader_id)
                 r->probe_at = r->now; /* ask to join now, not a probe period later */
             r->join_leader_id = m->probe_reply.leader_id;

@@ -54,6 +54,7 @@ class Harness:
         self.flog = open(os.path.join(self.dir, "faults.jsonl"), "a")
         self.counts = {}
         self.namespaces = []
+        self.extra = {}  # member index -> more ticketingd flags (scenarios)
         self.peers = ",".join("%s:7401" % nd["ip"] for nd in self.nodes)
         self.addrs = ",".join("%s:7400" % nd["ip"] for nd in self.nodes)
 
@@ -138,7 +139,7 @@ class Harness:
                "--bind", "0.0.0.0", "--port", "7400", "--advertise", nd["ip"] + ":7400",
                "--peers", self.peers, "--client-secret-file", self.dir + "/client.secret",
                "--peer-secret-file", self.dir + "/peer.secret", "--threads", "1",
-               "--heartbeat-ms", "50", "--election-ms", "1000"]
+               "--heartbeat-ms", "50", "--election-ms", "1000"] + self.extra.get(i, [])
         nd["proc"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                       start_new_session=True)
         log.close()

@@ -5,6 +5,7 @@
 #   tests/chaos/run.sh --quick                 # ~2 minutes (ctest chaos_quick)
 #   tests/chaos/run.sh --minutes 10            # a long run
 #   tests/chaos/run.sh --quick --seed 42       # the same fault schedule again
+#   tests/chaos/run.sh --scenario split-domain # --force-new-domain under uneven links
 #
 # Flags: --build DIR (default build/), --seed S, --nodes 3|5,
 # --skew none|inbounds|beyond (default inbounds), --clients N,
@@ -25,6 +26,8 @@ skew=inbounds
 clients=4
 brk=""
 keep=0
+scenario=""
+rounds=3
 replay=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,7 +41,9 @@ while [ $# -gt 0 ]; do
   --break-indeterminate) brk=--break-indeterminate; replay+=("$1") ;;
   --build) build=$2; shift ;;
   --keep) keep=1 ;;
-  *) echo "usage: $0 [--quick | --minutes N] [--seed S] [--nodes 3|5] [--skew none|inbounds|beyond] [--clients N] [--break-indeterminate] [--build DIR] [--keep]" >&2; exit 64 ;;
+  --scenario) scenario=$2; shift ;;
+  --rounds) rounds=$2; shift ;;
+  *) echo "usage: $0 [--quick | --minutes N] [--seed S] [--nodes 3|5] [--skew none|inbounds|beyond] [--clients N] [--break-indeterminate] [--build DIR] [--keep] [--scenario split-domain [--rounds N]]" >&2; exit 64 ;;
   esac
   shift
 done
@@ -69,6 +74,21 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+if [ "$scenario" = split-domain ]; then
+  # A scenario judges itself (split_domain.py); no client histories.
+  python3 "$here/split_domain.py" --bin "$build" --skewlib "$build/tests/libtkskewclock.so" \
+    --out "$out" --seed "$seed" --rounds "$rounds" --tag "$tag" &
+  pypid=$!
+  wait "$pypid"
+  src_rc=$?
+  pypid=""
+  if [ $src_rc -ne 0 ] || [ $keep -eq 1 ]; then echo "split-domain: run directory $out (seed $seed)"; else rm -rf "$out"; fi
+  [ $src_rc -eq 0 ] && exit 0
+  exit 1
+elif [ -n "$scenario" ]; then
+  echo "chaos: unknown scenario $scenario (known: split-domain)" >&2; exit 64
+fi
 
 python3 "$here/chaos.py" --bin "$build" --skewlib "$build/tests/libtkskewclock.so" --out "$out" \
   --seed "$seed" --seconds "$seconds" --nodes "$nodes" --clients "$clients" --skew "$skew" \
