@@ -28,6 +28,7 @@
 #include "core/auth.h"
 #include "core/snap.h"
 #include "net/raftd.h"
+#include "shard/shard.h"
 
 static void raftd_clock(struct tk_raftd *r)
 {
@@ -398,8 +399,10 @@ int tk_raftd_create(struct tk_server *s)
     o.snapshot_entries = TK_MAX(s->opt.max_log_entries / 4, 8);
     o.snapshot_trailing = TK_MIN(o.snapshot_entries / 2, 1024);
     struct tk_driver_options dopt = {.nshards = s->nworkers, .raft = o};
-    /* Proposals waiting for log room: one per key in flight. */
-    dopt.proposals_max = s->opt.max_keys + 1;
+    /* Proposals waiting for log room: one per key in flight, in every
+     * shard's share of --max-keys. */
+    dopt.proposals_max =
+        tk_driver_proposals_for(tk_shard_share(s->opt.max_keys, s->nworkers), s->nworkers);
     snprintf(dopt.advertise, sizeof(dopt.advertise), "%s", s->advertise);
     struct tk_msg_out out = {.ctx = r, .put = raftd_put};
     struct tk_driver_io io = {.ctx = r,

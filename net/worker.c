@@ -424,9 +424,9 @@ int tk_worker_create(struct tk_server *s, uint32_t idx)
         .nshards = nw,
         .limits =
             {
-                .keys_max = (s->opt.max_keys + nw - 1) / nw,
+                .keys_max = tk_shard_share(s->opt.max_keys, nw),
                 .waiters_per_key_max = s->opt.max_waiters_per_key,
-                .waiters_max = (s->opt.max_waiters + nw - 1) / nw,
+                .waiters_max = tk_shard_share(s->opt.max_waiters, nw),
             },
         .requests_max = (uint64_t)s->opt.max_connections * s->opt.max_inflight,
     };

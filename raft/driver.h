@@ -41,6 +41,14 @@
  * no domain is started before 2026-01-01T00:00:00Z. */
 #define TK_DRIVER_TOKEN_EPOCH_US UINT64_C(1767225600000000)
 
+/* proposals_max for shards of keys_per_shard keys each: a proposal may
+ * wait for every key the shards hold together, plus one. Less, and a full
+ * log with every shard full reaches the driver's bound (an assertion). */
+static inline uint64_t tk_driver_proposals_for(uint64_t keys_per_shard, uint32_t nshards)
+{
+    return keys_per_shard * nshards + 1;
+}
+
 /* What the driver reports (the server logs them): a, b as listed. */
 enum tk_driver_event {
     TK_DRIVER_EV_LEADING = 1,      /* term, index of its first entry: serving */

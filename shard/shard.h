@@ -53,6 +53,15 @@ static inline uint32_t tk_client_gen(uint64_t ref)
     return tk_ref_unpack(ref).gen;
 }
 
+/* One shard's share of a server-wide bound (--max-keys, --max-waiters):
+ * rounded up, so the shards together may hold up to nshards - 1 more than
+ * the bound itself. Whatever sizes for "every key of every shard" must
+ * count nshards shares, not the bound. */
+static inline uint64_t tk_shard_share(uint64_t total, uint32_t nshards)
+{
+    return (total + nshards - 1) / nshards;
+}
+
 /* What the shard tells its own worker. */
 struct tk_shard_client {
     void *ctx;

@@ -102,14 +102,18 @@ static void on_fatal(void *c, const char *why)
     cr_assert_fail("fatal: %s", why);
 }
 
-static void node_init(struct node *n, uint64_t log_entries_max)
+/* keys_total: the server's --max-keys, shared among the shards and sized
+ * for in the driver as the server does. */
+static void node_init_keys(struct node *n, uint64_t log_entries_max, uint64_t keys_total)
 {
     memset(n, 0, sizeof(*n));
     n->now = T0;
     for (uint32_t i = 0; i < NSHARDS; i++)
         n->to_shard[i].m = calloc(QMAX, sizeof(struct qmsg));
     n->to_driver.m = calloc(QMAX, sizeof(struct qmsg));
-    struct tk_driver_options o = {.nshards = NSHARDS, .proposals_max = 100000};
+    uint64_t keys_share = tk_shard_share(keys_total, NSHARDS);
+    struct tk_driver_options o = {.nshards = NSHARDS,
+                                  .proposals_max = tk_driver_proposals_for(keys_share, NSHARDS)};
     tk_raft_options_default(&o.raft, 7, 42);
     o.raft.log_entries_max = log_entries_max;
     o.raft.snapshot_entries = TK_MAX(log_entries_max / 4, 2);
@@ -125,7 +129,7 @@ static void node_init(struct node *n, uint64_t log_entries_max)
         struct tk_shard_options so = {
             .idx = i,
             .nshards = NSHARDS,
-            .limits = {.keys_max = 10000, .waiters_per_key_max = 64, .waiters_max = 10000},
+            .limits = {.keys_max = keys_share, .waiters_per_key_max = 64, .waiters_max = 10000},
             .requests_max = 10000};
         struct tk_msg_out out = {.ctx = &n->cx[i], .put = put};
         struct tk_shard_client cl = {
@@ -139,6 +143,11 @@ static void node_init(struct node *n, uint64_t log_entries_max)
     strcpy(c.m[0].peer_addr, "127.0.0.1:7100");
     strcpy(c.m[0].client_addr, "127.0.0.1:7000");
     cr_assert_eq(tk_driver_bootstrap(n->d, &c, 0), TK_OK);
+}
+
+static void node_init(struct node *n, uint64_t log_entries_max)
+{
+    node_init_keys(n, log_entries_max, 30000);
 }
 
 static void node_free(struct node *n)
@@ -275,6 +284,40 @@ Test(node, full_log_keeps_reading_and_catches_up)
     for (uint32_t i = 0; i < n.nans; i++)
         granted += n.ans[i].type == 'G';
     cr_assert_eq(granted, 40, "every acquire granted once the log shrank");
+    node_free(&n);
+}
+
+/* --max-keys 10 over 3 shards is 4 keys per shard: 12 keys at once, so
+ * one round can bring the driver 12 grants to batch (and, with the log
+ * full, they all wait). The driver must have room for all of them: it had
+ * for --max-keys + 1 = 11, and the 12th aborted the node. */
+Test(node, every_shard_full_in_one_round)
+{
+    struct node n;
+    node_init_keys(&n, 8, 10);
+    node_settle(&n);
+    n.hold_snap_req = true; /* and the log cannot shrink */
+    char key[16];
+    for (uint64_t i = 1; i <= 60; i++) {
+        snprintf(key, sizeof(key), "full%llu", (unsigned long long)i);
+        request(&n, (uint32_t)(i % NSHARDS), 'A', key, i);
+    }
+    for (int i = 0; i < 50; i++) {
+        n.now += 1000;
+        node_round(&n);
+    }
+    n.hold_snap_req = false;
+    for (int i = 0; i < 300; i++) {
+        n.now += 1000;
+        node_round(&n);
+    }
+    uint32_t granted = 0, busy = 0;
+    for (uint32_t i = 0; i < n.nans; i++) {
+        granted += n.ans[i].type == 'G';
+        busy += n.ans[i].type == 'B';
+    }
+    cr_assert_eq(granted, 12, "every shard's 4 keys granted, nothing more (%u)", granted);
+    cr_assert_eq(busy, 48, "the rest refused: the table is full (%u)", busy);
     node_free(&n);
 }
 
