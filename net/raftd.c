@@ -119,6 +119,16 @@ uint64_t raftd_random_u64(void)
 void raftd_process(struct tk_raftd *r, int rc, struct tk_raft_update *up)
 {
     tk_driver_process(r->d, rc, up);
+    /* The domain is published the moment the configuration brings it, not
+     * at the next status round: a leader must never greet clients (OK
+     * line) or peers with domain 0 while it already grants. The workers
+     * learn that they lead through their rings, after this store. */
+    const struct tk_raft_config *c = tk_raft_config(r->core);
+    if (c && (atomic_load_explicit(&r->s->domain_lo, memory_order_relaxed) != c->domain_lo ||
+              atomic_load_explicit(&r->s->domain_hi, memory_order_relaxed) != c->domain_hi)) {
+        atomic_store(&r->s->domain_lo, c->domain_lo);
+        atomic_store(&r->s->domain_hi, c->domain_hi);
+    }
 }
 
 /* True if a message waits in any worker's ring to the Raft thread. */

@@ -455,3 +455,36 @@ Test(cluster, two_or_four_peers_are_refused)
         tk_node_cleanup(&n);
     }
 }
+
+/* The OK line names the fencing domain from a new leader's first grant:
+ * the domain used to be published by a status round up to 100 ms after
+ * the bootstrap, and the first leader granted meanwhile while greeting
+ * clients with domain 0. Each try connects to every member in turn from
+ * the moment they start, until one grants. */
+Test(cluster, ok_line_names_the_domain_from_the_first_grant, .timeout = 120)
+{
+    static const char zeros[] = "00000000000000000000000000000000";
+    for (int attempt = 0; attempt < 4; attempt++) {
+        cr_assert_eq(tk_cluster_spawn(&cl, 3, fast), 0);
+        bool granted = false;
+        uint64_t end = tk_test_ms() + 15000;
+        for (int i = 0; !granted && tk_test_ms() < end; i = (i + 1) % 3) {
+            struct tk_tc c;
+            if (tk_tc_connect(&c, cl.node[i].port) != 0)
+                continue;
+            if (tk_tc_handshake(&c, TK_TEST_SECRET) == 0 &&
+                tk_tc_send(&c, "A 1 first o 1000 0\n") == 0) {
+                char line[256];
+                if (tk_tc_line(&c, line, sizeof(line), 2000) > 0 && line[0] == 'G') {
+                    granted = true;
+                    cr_assert(strstr(c.ok_line, zeros) == NULL,
+                              "try %d: member %d granted (%s) after an OK line with domain 0: %s",
+                              attempt, i, line, c.ok_line);
+                }
+            }
+            tk_tc_close(&c);
+        }
+        cr_assert(granted, "try %d: no member granted within 15 s", attempt);
+        tk_cluster_stop(&cl);
+    }
+}

@@ -84,7 +84,7 @@ static int spawn_member(struct tk_cluster *c, int i, const char *const *more)
     return tk_node_spawn(&c->node[i], args);
 }
 
-int tk_cluster_start(struct tk_cluster *c, int n, const char *const *extra)
+int tk_cluster_spawn(struct tk_cluster *c, int n, const char *const *extra)
 {
     memset(c, 0, sizeof(*c));
     c->n = n;
@@ -110,6 +110,13 @@ int tk_cluster_start(struct tk_cluster *c, int n, const char *const *extra)
         if (spawn_member(c, i, NULL) < 0)
             return -1;
     }
+    return 0;
+}
+
+int tk_cluster_start(struct tk_cluster *c, int n, const char *const *extra)
+{
+    if (tk_cluster_spawn(c, n, extra) < 0)
+        return -1;
     if (tk_cluster_leader(c, 15000, 0) >= 0)
         return 0;
     /* No leader: the members' own words are the only clue, and the test's

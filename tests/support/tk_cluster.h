@@ -22,6 +22,8 @@ struct tk_cluster {
  * waits until one of them serves as leader. Returns 0 or -1. The extra
  * list must outlive the cluster (tk_cluster_restart uses it again). */
 int tk_cluster_start(struct tk_cluster *c, int n, const char *const *extra);
+/* The same, without waiting for anything: the members are starting. */
+int tk_cluster_spawn(struct tk_cluster *c, int n, const char *const *extra);
 /* Stops every node (SIGKILL) and removes their files (unless keep_logs). */
 void tk_cluster_stop(struct tk_cluster *c);
 /* Index of the node that serves as leader, waiting up to timeout_ms; -1 if
