@@ -12,14 +12,15 @@ cd "$(dirname "$0")/.."
 # bc, jq and openssl (docs check: the commands of docs/), golang-go (the Go
 # client and its conformance driver), python3-venv, -setuptools and -wheel
 # (docs check: installing the Python client with pip), nftables and iproute2
-# (the chaos harness: network namespaces and partitions).
+# (the chaos harness: network namespaces and partitions), default-jdk-headless
+# and junit5 (the Java client), nodejs (the Node.js client).
 # Fuzzing: clang and its libFuzzer runtime (tests/fuzz/run.sh); clang-format
 # (the format check).
 PKGS=(build-essential cmake pkg-config liburing-dev libwolfssl-dev libjemalloc-dev
       libcriterion-dev libxxhash-dev libsqlite3-dev curl bc postgresql python3-yaml
       etcd-server etcd-client redis-server clang libclang-rt-14-dev clang-format python3
       prometheus python3-seccomp jq openssl golang-go python3-venv python3-setuptools
-      python3-wheel nftables iproute2)
+      python3-wheel nftables iproute2 default-jdk-headless junit5 nodejs)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,47 @@
+package example.ticketing;
+
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * One request inside the engine. Every field but {@link #future} belongs to
+ * the I/O thread once the request is submitted.
+ */
+final class Req {
+    static final int WIRE_NONE = 0;
+    static final int WIRE_QUEUED = 1;
+    static final int WIRE_SENT = 2;
+
+    final char type;
+    final String key;
+    final long leaseMs;
+    final long waitMs;
+    final long token;
+    /** Completed by the engine only, exactly once. */
+    final CompletableFuture<Result> future = new CompletableFuture<>();
+
+    long submitNanos;
+    /** When its first byte was last written; valid if everSent. */
+    long sentNanos;
+    boolean everSent;
+    long waitSentMs;
+    long deadline;
+    long hgen;
+    boolean inHeap;
+    int wire = WIRE_NONE;
+    Conn conn;
+    long wireId;
+    long streamPos;
+    boolean decided;
+    boolean neutered;
+    boolean compensation;
+    boolean resent;
+    boolean pending;
+
+    Req(char type, String key, long leaseMs, long waitMs, long token) {
+        this.type = type;
+        this.key = key;
+        this.leaseMs = leaseMs;
+        this.waitMs = waitMs;
+        this.token = token;
+    }
+}
