@@ -128,6 +128,11 @@ void raftd_process(struct tk_raftd *r, int rc, struct tk_raft_update *up)
               atomic_load_explicit(&r->s->domain_hi, memory_order_relaxed) != c->domain_hi)) {
         atomic_store(&r->s->domain_lo, c->domain_lo);
         atomic_store(&r->s->domain_hi, c->domain_hi);
+        /* /status shows the domain with the membership it brings, not a
+         * fresh node's note of a moment ago. */
+        if (r->peers && !r->removed)
+            r->membership = tk_raft_config_is_voter(c, r->s->node_id) ? RAFTD_VOTER : RAFTD_LEARNER;
+        raftd_publish(r);
     }
 }
 

@@ -645,9 +645,10 @@ static void maybe_bootstrap(struct tk_raftd *r)
         };
         if (v == TK_MEMBERS_BOOT_FORCE)
             tk_log(TK_LOG_WARN,
-                   "proposing a forced new fencing domain: %u of %u members are fresh and the "
-                   "old domain has no leader; if a majority of --peers agrees, every lock of "
-                   "the old domain is forgotten, and the new one grants nothing for %llu ms",
+                   "forcing a new fencing domain: %u of %u members are fresh and the old "
+                   "domain has no leader; proposed to --peers, and once a majority agrees "
+                   "every lock of the old domain is forgotten, and the new one grants nothing "
+                   "for %llu ms",
                    b.fresh, r->npeers, (unsigned long long)r->s->opt.new_domain_hold_ms);
     }
     r->offering = offer;
