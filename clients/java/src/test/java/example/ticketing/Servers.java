@@ -173,9 +173,36 @@ public final class Servers {
             return alive() && status().contains("\"serving\":true");
         }
 
-        /** SIGSTOP or SIGCONT, by name ("STOP", "CONT"). */
+        /**
+         * SIGSTOP or SIGCONT, by name ("STOP", "CONT"). A stop returns once
+         * every thread of the server is stopped: kill(2) only queues the
+         * signal, and a test that writes right after it must not race the
+         * server's last running thread.
+         */
         void signal(String sig) throws IOException, InterruptedException {
-            new ProcessBuilder("kill", "-" + sig, Long.toString(proc.pid())).inheritIO().start().waitFor();
+            int rc = new ProcessBuilder("kill", "-" + sig, Long.toString(proc.pid())).inheritIO().start().waitFor();
+            if (rc != 0) {
+                throw new IOException("kill -" + sig + " " + proc.pid() + " exited " + rc);
+            }
+            if (sig.equals("STOP") && !waitFor(Duration.ofSeconds(5), this::allStopped)) {
+                throw new IOException("ticketingd " + proc.pid() + " did not stop within 5 s");
+            }
+        }
+
+        /** True if every thread in /proc/PID/task is in state T (stopped). */
+        private boolean allStopped() {
+            try (var tasks = Files.list(Path.of("/proc", Long.toString(proc.pid()), "task"))) {
+                for (Path t : (Iterable<Path>) tasks::iterator) {
+                    String stat = Files.readString(t.resolve("stat"));
+                    // pid (comm) STATE ...: comm may hold spaces, so the state follows the last ')'.
+                    if (stat.charAt(stat.lastIndexOf(')') + 2) != 'T') {
+                        return false;
+                    }
+                }
+                return true;
+            } catch (IOException e) {
+                return false; // a thread ended while we looked: look again
+            }
         }
 
         void kill() throws InterruptedException {

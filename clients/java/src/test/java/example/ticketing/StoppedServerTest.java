@@ -78,7 +78,8 @@ class StoppedServerTest {
             long q0 = System.nanoTime();
             assertThrows(QueueFullException.class, () -> c.releaseToken("s-other", 7));
             assertTrue(System.nanoTime() - q0 < 1_000_000_000L, "QUEUE_FULL is answered at once");
-            ExecutionException e = assertThrows(ExecutionException.class, () -> rel.get(10, TimeUnit.SECONDS));
+            ExecutionException e = assertThrows(ExecutionException.class, () -> rel.get(10, TimeUnit.SECONDS),
+                    () -> "the release was answered by a stopped server; its log:\n" + node.logTail());
             UnconfirmedException u = assertInstanceOf(UnconfirmedException.class, e.getCause());
             assertFalse(u.resent());
             assertTrue(System.nanoTime() - t0 >= 5_000_000_000L, "UNCONFIRMED before the 5 s deadline");
