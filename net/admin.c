@@ -1,15 +1,18 @@
 /* The admin HTTP listener on client port + 2: /healthz, /readyz, /status
- * (JSON) and /metrics (Prometheus text). A thread of its own reads up to
- * 64 connections at once, each with a deadline for its whole request, and
- * answers each in turn; it only reads published counters, never the hot
- * path's state. */
+ * (JSON) and /metrics (Prometheus text). A thread of its own serves up to
+ * --max-admin-connections at once without ever blocking on one of them:
+ * requests are read and answers written as the sockets allow, each
+ * connection has a deadline, and at the cap the oldest connection goes. It
+ * only reads published counters, never the hot path's state. */
 #include <errno.h>
-#include <poll.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "net/admin_http.h"
@@ -19,7 +22,6 @@
 
 #define REQ_MAX 4096
 #define RSP_MAX (256u << 10)
-#define IO_TIMEOUT_MS 500
 
 static int admin_fd = -1;
 static pthread_t admin_thread;
@@ -38,6 +40,40 @@ static uint64_t wstat_sum(struct tk_server *s, int i)
     for (uint32_t w = 0; w < s->nworkers; w++)
         v += atomic_load_explicit(&s->wstats[w][i], memory_order_relaxed);
     return v;
+}
+
+/* The admin thread's own counters (only it writes and reads them). */
+static struct {
+    uint64_t open, answers_pending, pending_bytes;
+    uint64_t dropped_deadline, dropped_full, dropped_memory;
+} admin_stats;
+
+static size_t render_admin_metrics(const struct tk_server *s, char *buf, size_t cap)
+{
+    size_t off = 0;
+    tk_put(buf, cap, &off,
+           "# HELP ticketing_admin_connections Admin HTTP connections open.\n"
+           "# TYPE ticketing_admin_connections gauge\nticketing_admin_connections %llu\n"
+           "# HELP ticketing_admin_connections_max Bound on admin HTTP connections.\n"
+           "# TYPE ticketing_admin_connections_max gauge\nticketing_admin_connections_max %u\n"
+           "# HELP ticketing_admin_answers_pending Admin answers the reader has not taken yet.\n"
+           "# TYPE ticketing_admin_answers_pending gauge\nticketing_admin_answers_pending %llu\n"
+           "# HELP ticketing_admin_pending_bytes Bytes of admin answers not taken yet.\n"
+           "# TYPE ticketing_admin_pending_bytes gauge\nticketing_admin_pending_bytes %llu\n"
+           "# HELP ticketing_admin_dropped_total Admin connections closed before their "
+           "answer was taken: past their deadline, the oldest at the connection cap, or "
+           "the oldest when the answers pending passed their memory bound.\n"
+           "# TYPE ticketing_admin_dropped_total counter\n"
+           "ticketing_admin_dropped_total{reason=\"deadline\"} %llu\n"
+           "ticketing_admin_dropped_total{reason=\"full\"} %llu\n"
+           "ticketing_admin_dropped_total{reason=\"memory\"} %llu\n",
+           (unsigned long long)admin_stats.open, s->opt.max_admin_connections,
+           (unsigned long long)admin_stats.answers_pending,
+           (unsigned long long)admin_stats.pending_bytes,
+           (unsigned long long)admin_stats.dropped_deadline,
+           (unsigned long long)admin_stats.dropped_full,
+           (unsigned long long)admin_stats.dropped_memory);
+    return off;
 }
 
 static size_t render_metrics(struct tk_server *s, char *buf, size_t cap)
@@ -86,6 +122,7 @@ static size_t render_metrics(struct tk_server *s, char *buf, size_t cap)
     off += tk_hist_print(buf + off, cap - off, "ticketing_wait_seconds",
                          "Time an acquire spent queued as a waiter before its grant.", s->wait_hist,
                          s->nworkers, tk_hist_latency_us, tk_hist_latency_n, 1e-6);
+    off += render_admin_metrics(s, buf + off, cap - off);
     off += tk_process_metrics(buf + off, cap - off);
     off += tk_raftd_metrics(s, buf + off, cap - off);
     return TK_MIN(off, cap);
@@ -140,120 +177,243 @@ static size_t render_status(struct tk_server *s, char *buf, size_t cap)
     return off;
 }
 
-static bool write_all(int fd, const char *p, size_t n)
+/* Connections are served concurrently. A request must arrive whole within
+ * REQ_DEADLINE_US of the accept, and its answer be taken within
+ * WRITE_DEADLINE_US of being ready (a Prometheus scrape over a slow link
+ * takes a fraction of that); a connection past its deadline is closed. At
+ * --max-admin-connections, or when the answers not yet taken would pass
+ * PENDING_BYTES_MAX, the oldest connection goes. So a trickling, idle or
+ * never-reading client costs one slot and some bytes for a bounded time,
+ * and delays nobody: /healthz is answered in the round it arrives. */
+#define REQ_DEADLINE_US 1000000u
+#define WRITE_DEADLINE_US 10000000u
+#define PENDING_BYTES_MAX (32u << 20)
+#define ACCEPTS_PER_ROUND 1024
+#define EVENTS_MAX 1024
+#define LATER_BUDGET_US 5000u
+
+struct admin_conn {
+    int fd;
+    uint64_t opened_us, deadline_us;
+    size_t len; /* request bytes read */
+    char *out;  /* the part of the answer not written yet, or NULL */
+    size_t out_len, out_off;
+    char *req;   /* REQ_MAX + 1 bytes, from the accept to the close */
+    uint64_t id; /* this connection's number, which a slot taken again does not keep */
+    bool later;  /* a whole request for /status or /metrics, in the later queue */
+};
+
+struct later_entry {
+    uint32_t slot;
+    uint64_t id;
+};
+
+/* Connections live in fixed slots (fd -1: free), so an epoll event can
+ * name its slot; free slots are a stack. */
+struct admin {
+    struct tk_server *s;
+    struct admin_conn *c;
+    uint32_t *free_slots;
+    uint32_t n, cap, nfree;
+    /* The answers to /status and /metrics wait in a queue (of cap entries:
+     * a connection is in it once at most) and are written LATER_BUDGET_US
+     * at most each round, after everything else the round had. */
+    struct later_entry *later;
+    uint32_t later_head, nlater;
+    uint64_t next_id;
+    int ep;
+    uint64_t next_sweep_us;
+    /* /status and /metrics are rendered at most once a round, into
+     * RSP_MAX bytes each: a burst of scrapes costs one render, not one
+     * each. */
+    uint64_t round, status_round, metrics_round;
+    size_t status_len, metrics_len;
+    char *status, *metrics;
+};
+
+static void conn_close(struct admin *a, uint32_t i)
 {
-    while (n > 0) {
-        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        if (poll(&pfd, 1, IO_TIMEOUT_MS) <= 0)
-            return false;
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (w <= 0)
-            return false;
-        p += w;
-        n -= (size_t)w;
+    struct admin_conn *c = &a->c[i];
+    if (c->out != NULL) {
+        admin_stats.answers_pending--;
+        admin_stats.pending_bytes -= c->out_len - c->out_off;
+        free(c->out);
     }
-    return true;
+    free(c->req);
+    close(c->fd); /* which takes it out of the epoll set too */
+    *c = (struct admin_conn){.fd = -1};
+    a->free_slots[a->nfree++] = i;
+    admin_stats.open = --a->n;
 }
 
-static bool head_only;
-
-static void respond(int fd, int code, const char *ctype, const char *body, size_t len)
+/* The connection open the longest, of those with an answer pending if
+ * pending; UINT32_MAX if there is none. Connections in the later queue are
+ * never chosen: they leave it only by being answered, so the queue never
+ * holds a connection that is gone. */
+static uint32_t oldest(const struct admin *a, bool pending)
 {
+    uint32_t o = UINT32_MAX;
+    for (uint32_t i = 0; i < a->cap; i++)
+        if (a->c[i].fd >= 0 && !a->c[i].later && (!pending || a->c[i].out != NULL) &&
+            (o == UINT32_MAX || a->c[i].opened_us < a->c[o].opened_us))
+            o = i;
+    return o;
+}
+
+/* Writes what the socket takes of head + body at once; the rest is kept
+ * in a buffer of the connection and written as the reader makes room
+ * (admin_round() then trims the pending bytes back to their bound). */
+static void answer(struct admin *a,
+                   uint32_t i,
+                   int code,
+                   const char *ctype,
+                   const char *body,
+                   size_t len,
+                   bool head_only)
+{
+    struct admin_conn *c = &a->c[i];
     char head[256];
     const char *reason = code == 200   ? "OK"
                          : code == 404 ? "Not Found"
                          : code == 405 ? "Method Not Allowed"
                          : code == 503 ? "Service Unavailable"
                                        : "Bad Request";
-    int n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n",
-                     code, reason, ctype, len);
-    if (write_all(fd, head, (size_t)n) && !head_only)
-        write_all(fd, body, len);
+    int hn = snprintf(head, sizeof(head),
+                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                      "Connection: close\r\n\r\n",
+                      code, reason, ctype, len);
+    TK_ASSERT(hn > 0 && (size_t)hn < sizeof(head));
+    if (head_only)
+        len = 0;
+    struct iovec iov[2] = {{head, (size_t)hn}, {(void *)body, len}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
+    ssize_t w;
+    do
+        w = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    size_t total = (size_t)hn + len, done = w > 0 ? (size_t)w : 0;
+    if (done == total || (w < 0 && errno != EAGAIN))
+        return; /* answered, or the reader is gone: the caller closes it */
+    size_t rest = total - done, at = 0;
+    c->out = malloc(rest);
+    TK_ASSERT(c->out != NULL);
+    for (int k = 0; k < 2; k++) {
+        if (done >= iov[k].iov_len) {
+            done -= iov[k].iov_len;
+            continue;
+        }
+        memcpy(c->out + at, (const char *)iov[k].iov_base + done, iov[k].iov_len - done);
+        at += iov[k].iov_len - done;
+        done = 0;
+    }
+    TK_ASSERT(at == rest);
+    c->out_len = rest;
+    c->out_off = 0;
+    c->deadline_us = tk_now_us() + WRITE_DEADLINE_US;
+    struct epoll_event ev = {.events = EPOLLOUT, .data.u32 = i};
+    TK_ASSERT(epoll_ctl(a->ep, EPOLL_CTL_MOD, c->fd, &ev) == 0);
+    admin_stats.answers_pending++;
+    admin_stats.pending_bytes += rest;
 }
 
-/* Answers one complete request (req[len] is NUL). */
-static void serve(struct tk_server *s, int fd, const char *req, size_t len, char *rsp)
+/* Answers one complete request (req[len] is NUL). /status and /metrics
+ * go to the later queue unless late: the probes that arrive with a burst
+ * of scrapes are answered before the burst is. */
+static void serve(struct admin *a, uint32_t i, bool late)
 {
-    head_only = false; /* a 400 after a HEAD still gets its body */
-    switch (tk_admin_http_parse(req, len, &head_only)) {
+    struct tk_server *s = a->s;
+    struct admin_conn *c = &a->c[i];
+    bool head_only = false; /* a 400 after a HEAD still gets its body */
+    enum tk_admin_route route = tk_admin_http_parse(c->req, c->len, &head_only);
+    if (!late && (route == TK_ADMIN_STATUS || route == TK_ADMIN_METRICS)) {
+        TK_ASSERT(!c->later && a->nlater < a->cap);
+        c->later = true;
+        uint32_t at = (a->later_head + a->nlater++) % a->cap;
+        a->later[at].slot = i;
+        a->later[at].id = c->id;
+        return;
+    }
+    switch (route) {
         case TK_ADMIN_BAD_REQUEST:
-            respond(fd, 400, "text/plain", "bad request\n", 12);
+            answer(a, i, 400, "text/plain", "bad request\n", 12, false);
             break;
         case TK_ADMIN_BAD_METHOD:
-            respond(fd, 405, "text/plain", "GET only\n", 9);
+            answer(a, i, 405, "text/plain", "GET only\n", 9, false);
             break;
         case TK_ADMIN_HEALTHZ: {
             char why[128];
             if (stalled(s, why, sizeof(why)))
-                respond(fd, 503, "text/plain", why, strlen(why));
+                answer(a, i, 503, "text/plain", why, strlen(why), head_only);
             else
-                respond(fd, 200, "text/plain", "ok\n", 3);
+                answer(a, i, 200, "text/plain", "ok\n", 3, head_only);
             break;
         }
         case TK_ADMIN_READYZ:
             if (tk_raftd_ready(s))
-                respond(fd, 200, "text/plain", "ready\n", 6);
+                answer(a, i, 200, "text/plain", "ready\n", 6, head_only);
             else
-                respond(fd, 503, "text/plain", "not ready\n", 10);
+                answer(a, i, 503, "text/plain", "not ready\n", 10, head_only);
             break;
-        case TK_ADMIN_STATUS: {
-            size_t n = render_status(s, rsp, RSP_MAX);
-            respond(fd, 200, "application/json", rsp, n);
+        case TK_ADMIN_STATUS:
+            if (a->status_round != a->round) {
+                a->status_len = render_status(s, a->status, RSP_MAX);
+                a->status_round = a->round;
+            }
+            answer(a, i, 200, "application/json", a->status, a->status_len, head_only);
             break;
-        }
-        case TK_ADMIN_METRICS: {
-            size_t n = render_metrics(s, rsp, RSP_MAX);
-            respond(fd, 200, "text/plain; version=0.0.4", rsp, n);
+        case TK_ADMIN_METRICS:
+            if (a->metrics_round != a->round) {
+                a->metrics_len = render_metrics(s, a->metrics, RSP_MAX);
+                a->metrics_round = a->round;
+            }
+            answer(a, i, 200, "text/plain; version=0.0.4", a->metrics, a->metrics_len, head_only);
             break;
-        }
         case TK_ADMIN_NOT_FOUND:
-            respond(fd, 404, "text/plain", "not found\n", 10);
+            answer(a, i, 404, "text/plain", "not found\n", 10, false);
             break;
     }
 }
 
-/* Connections are read concurrently, each with a deadline for its whole
- * request: a client trickling bytes or sitting idle costs one slot for at
- * most REQ_DEADLINE_US, and delays nobody else. When the slots are full the
- * oldest connection goes, so /healthz answers while idle or slow clients
- * hold the port. */
-#define ADMIN_CONNS_MAX 64
-#define REQ_DEADLINE_US 1000000u
-
-struct admin_conn {
-    int fd;
-    uint64_t deadline_us;
-    size_t len;
-    char req[REQ_MAX + 1];
-};
-
-static void admin_accept(struct admin_conn *c, uint32_t *n)
+static void admin_accept(struct admin *a)
 {
-    int fd = accept4(admin_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0)
-        return;
-    if (*n == ADMIN_CONNS_MAX) {
-        uint32_t oldest = 0;
-        for (uint32_t i = 1; i < *n; i++)
-            if (c[i].deadline_us < c[oldest].deadline_us)
-                oldest = i;
-        close(c[oldest].fd);
-        c[oldest] = c[--*n];
+    for (int k = 0; k < ACCEPTS_PER_ROUND; k++) {
+        int fd = accept4(admin_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            return;
+        if (a->n == a->cap) {
+            admin_stats.dropped_full++;
+            uint32_t o = oldest(a, false);
+            if (o == UINT32_MAX) { /* every one waits for its answer: the new one goes */
+                close(fd);
+                continue;
+            }
+            conn_close(a, o);
+        }
+        uint32_t i = a->free_slots[--a->nfree];
+        uint64_t now = tk_now_us();
+        a->c[i] = (struct admin_conn){.fd = fd,
+                                      .opened_us = now,
+                                      .deadline_us = now + REQ_DEADLINE_US,
+                                      .req = malloc(REQ_MAX + 1),
+                                      .id = ++a->next_id};
+        TK_ASSERT(a->c[i].req != NULL);
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+        if (epoll_ctl(a->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            close(fd);
+            free(a->c[i].req);
+            a->c[i] = (struct admin_conn){.fd = -1};
+            a->free_slots[a->nfree++] = i;
+            continue;
+        }
+        admin_stats.open = ++a->n;
     }
-    c[*n].fd = fd;
-    c[*n].deadline_us = tk_now_us() + REQ_DEADLINE_US;
-    c[*n].len = 0;
-    (*n)++;
 }
 
-/* Reads what arrived; true when the connection is done with (answered,
- * closed, or over its limits). */
-static bool admin_read(struct tk_server *s, struct admin_conn *c, char *rsp)
+/* Reads what arrived and answers a complete request; true when the
+ * connection is done with (answered whole, closed, or over its limits). */
+static bool admin_read(struct admin *a, uint32_t i)
 {
+    struct admin_conn *c = &a->c[i];
     for (;;) {
         ssize_t r = recv(c->fd, c->req + c->len, REQ_MAX - c->len, MSG_DONTWAIT);
         if (r < 0 && errno == EINTR)
@@ -265,45 +425,131 @@ static bool admin_read(struct tk_server *s, struct admin_conn *c, char *rsp)
         c->len += (size_t)r;
         c->req[c->len] = 0;
         if (tk_admin_http_complete(c->req, c->len) || c->len == REQ_MAX) {
-            serve(s, c->fd, c->req, c->len, rsp);
-            return true;
+            serve(a, i, false);
+            return a->c[i].out == NULL && !a->c[i].later;
         }
     }
+}
+
+/* Writes more of a pending answer; true when it is all written or the
+ * reader is gone. */
+static bool admin_write(struct admin_conn *c)
+{
+    for (;;) {
+        ssize_t w =
+            send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN)
+            return false;
+        if (w <= 0)
+            return true;
+        c->out_off += (size_t)w;
+        admin_stats.pending_bytes -= (size_t)w;
+        if (c->out_off == c->out_len)
+            return true;
+    }
+}
+
+#define LISTENER UINT32_MAX
+
+/* Answers the later queue from its head for LATER_BUDGET_US at most. */
+static void serve_later(struct admin *a, uint64_t now)
+{
+    for (uint32_t k = 0; a->nlater > 0; k++) {
+        if (k % 8 == 7 && tk_now_us() - now > LATER_BUDGET_US)
+            return;
+        uint32_t i = a->later[a->later_head].slot;
+        uint64_t id = a->later[a->later_head].id;
+        a->later_head = (a->later_head + 1) % a->cap;
+        a->nlater--;
+        struct admin_conn *c = &a->c[i];
+        TK_ASSERT(c->fd >= 0 && c->id == id && c->later); /* see oldest() */
+        c->later = false;
+        serve(a, i, true);
+        if (c->out == NULL)
+            conn_close(a, i);
+    }
+}
+
+static void admin_round(struct admin *a)
+{
+    struct epoll_event ev[EVENTS_MAX];
+    int ready = epoll_wait(a->ep, ev, EVENTS_MAX, a->nlater > 0 ? 0 : 100);
+    uint64_t now = tk_now_us();
+    a->round++;
+    bool accept = false;
+    /* The connections' events first: every close waits until they are all
+     * seen, so no event names a slot that was freed and taken again. */
+    for (int k = 0; k < ready; k++) {
+        uint32_t i = ev[k].data.u32;
+        if (i == LISTENER) {
+            accept = true;
+            continue;
+        }
+        struct admin_conn *c = &a->c[i];
+        bool done;
+        if (c->later)
+            done = false; /* an error or hang-up: the answer's write sees it */
+        else if (ev[k].events & EPOLLERR)
+            done = true;
+        else if (c->out != NULL)
+            done = admin_write(c);
+        else
+            done = admin_read(a, i);
+        if (done)
+            conn_close(a, i);
+    }
+    serve_later(a, now);
+    while (admin_stats.pending_bytes > PENDING_BYTES_MAX) {
+        admin_stats.dropped_memory++;
+        uint32_t o = oldest(a, true);
+        TK_ASSERT(o != UINT32_MAX); /* pending bytes belong to a connection */
+        conn_close(a, o);
+    }
+    if (now >= a->next_sweep_us) { /* deadlines are checked every 10 ms */
+        a->next_sweep_us = now + 10000u;
+        for (uint32_t i = 0; i < a->cap; i++)
+            if (a->c[i].fd >= 0 && !a->c[i].later && now >= a->c[i].deadline_us) {
+                admin_stats.dropped_deadline++;
+                conn_close(a, i);
+            }
+    }
+    if (accept)
+        admin_accept(a);
 }
 
 static void *admin_main(void *arg)
 {
     struct tk_server *s = arg;
     pthread_setname_np(pthread_self(), "tk-admin");
-    char *rsp = malloc(RSP_MAX);
-    struct admin_conn *c = malloc(ADMIN_CONNS_MAX * sizeof(*c));
-    TK_ASSERT(rsp != NULL);
-    TK_ASSERT(c != NULL);
-    uint32_t n = 0;
-    struct pollfd pfd[ADMIN_CONNS_MAX + 1];
-    while (!atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
-        pfd[0] = (struct pollfd){.fd = admin_fd, .events = POLLIN};
-        for (uint32_t i = 0; i < n; i++)
-            pfd[i + 1] = (struct pollfd){.fd = c[i].fd, .events = POLLIN};
-        int ready = poll(pfd, n + 1, 100);
-        uint64_t now = tk_now_us();
-        /* Serve or expire the open ones first: accepting may move them. */
-        for (uint32_t i = n; i-- > 0;) {
-            bool done = now >= c[i].deadline_us;
-            if (!done && ready > 0 && (pfd[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
-                done = admin_read(s, &c[i], rsp);
-            if (done) {
-                close(c[i].fd);
-                c[i] = c[--n];
-            }
-        }
-        if (ready > 0 && (pfd[0].revents & POLLIN))
-            admin_accept(c, &n);
+    struct admin a = {.s = s, .cap = s->opt.max_admin_connections, .ep = -1};
+    a.status = malloc(RSP_MAX);
+    a.metrics = malloc(RSP_MAX);
+    a.c = calloc(a.cap, sizeof(*a.c));
+    a.free_slots = calloc(a.cap, sizeof(*a.free_slots));
+    a.later = calloc(a.cap, sizeof(*a.later));
+    a.ep = epoll_create1(EPOLL_CLOEXEC);
+    TK_ASSERT(a.status != NULL && a.metrics != NULL && a.c != NULL && a.free_slots != NULL &&
+              a.later != NULL);
+    TK_ASSERT(a.ep >= 0);
+    for (uint32_t i = a.cap; i-- > 0;) {
+        a.c[i].fd = -1;
+        a.free_slots[a.nfree++] = i;
     }
-    for (uint32_t i = 0; i < n; i++)
-        close(c[i].fd);
-    free(c);
-    free(rsp);
+    struct epoll_event lev = {.events = EPOLLIN, .data.u32 = LISTENER};
+    TK_ASSERT(epoll_ctl(a.ep, EPOLL_CTL_ADD, admin_fd, &lev) == 0);
+    while (!atomic_load_explicit(&s->stopping, memory_order_relaxed))
+        admin_round(&a);
+    for (uint32_t i = 0; i < a.cap; i++)
+        if (a.c[i].fd >= 0)
+            conn_close(&a, i);
+    close(a.ep);
+    free(a.later);
+    free(a.free_slots);
+    free(a.c);
+    free(a.metrics);
+    free(a.status);
     return NULL;
 }
 
@@ -313,6 +559,12 @@ int tk_admin_start(struct tk_server *s)
     if (admin_fd < 0) {
         tk_log(TK_LOG_ERROR, "cannot listen on admin port %s:%u: %s", s->opt.bind,
                s->opt.admin_port, strerror(errno));
+        return TK_EIO;
+    }
+    /* Non-blocking: admin_accept() takes the backlog until it is empty. */
+    int fl = fcntl(admin_fd, F_GETFL);
+    if (fl < 0 || fcntl(admin_fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        tk_log(TK_LOG_ERROR, "admin port: fcntl: %s", strerror(errno));
         return TK_EIO;
     }
     if (pthread_create(&admin_thread, NULL, admin_main, s) != 0)

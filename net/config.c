@@ -82,6 +82,8 @@ static const struct opt opts[] = {
      "client connections (default 10000)"},
     {"max-handshakes", OPT_U32, O(max_handshakes), 0, 1, 1000000,
      "client connections still in the handshake; the oldest goes first (default 1024)"},
+    {"max-admin-connections", OPT_U32, O(max_admin_connections), 0, 4, 65536,
+     "admin HTTP connections open at once; past it the oldest goes (default 1024)"},
     {"max-inflight", OPT_U32, O(max_inflight), 0, 1, 1000000,
      "requests in flight per connection (default 4096)"},
     {"max-waiters-per-key", OPT_U32, O(max_waiters_per_key), 0, 1, 100000000,
@@ -112,6 +114,7 @@ static void defaults(struct tk_options *o)
     o->log_format = TK_LOG_TEXT;
     o->max_connections = 10000;
     o->max_handshakes = 1024;
+    o->max_admin_connections = 1024;
     o->max_inflight = 4096;
     o->max_waiters_per_key = 4096;
     o->max_waiters = 1000000;

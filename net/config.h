@@ -47,6 +47,7 @@ struct tk_options {
     uint64_t max_log_entries;
     uint32_t max_frame_bytes;
     uint32_t handshake_ms;
+    uint32_t max_admin_connections; /* open admin HTTP connections */
 };
 
 /* Fills defaults, then the environment, then argv. Returns 0 on success,

@@ -190,10 +190,9 @@ static int setup(struct tk_server *s, int argc, char **argv)
     /* One worker: it runs the Raft loop too, so a commit costs no wakeup
      * between two threads (most of a round's cost on a busy machine). */
     s->raft_inline = s->nworkers == 1;
-    /* Descriptors beyond the client connections: 64 peer links, 64 admin
-     * connections and its listener, the listeners, rings, eventfds and
-     * log: 192 covers them with room. */
-    rlim_t want = (rlim_t)s->opt.max_connections + 192u;
+    /* Descriptors beyond the client and admin connections: 64 peer links,
+     * the listeners, rings, eventfds and log: 128 covers them with room. */
+    rlim_t want = (rlim_t)s->opt.max_connections + s->opt.max_admin_connections + 128u;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
         rl.rlim_cur = TK_MIN(rl.rlim_max, want);
@@ -201,10 +200,12 @@ static int setup(struct tk_server *s, int argc, char **argv)
         getrlimit(RLIMIT_NOFILE, &rl);
         if (rl.rlim_cur < want)
             tk_log(TK_LOG_WARN,
-                   "open-file limit %llu is below --max-connections %u + 192 for "
-                   "peers, admin and the process itself: accepts will fail with "
-                   "EMFILE before the bound (raise the hard limit, ulimit -Hn)",
-                   (unsigned long long)rl.rlim_cur, s->opt.max_connections);
+                   "open-file limit %llu is below --max-connections %u + "
+                   "--max-admin-connections %u + 128 for peers and the process itself: "
+                   "accepts will fail with EMFILE before the bounds (raise the hard "
+                   "limit, ulimit -Hn)",
+                   (unsigned long long)rl.rlim_cur, s->opt.max_connections,
+                   s->opt.max_admin_connections);
     }
     const struct tk_options *o = &s->opt;
     tk_log(TK_LOG_DEBUG,
