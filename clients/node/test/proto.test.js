@@ -1,0 +1,75 @@
+// The line protocol without a server: proofs, request lines, the response
+// grammar and the field checks.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as P from '../lib/proto.js';
+
+test('the handshake proofs of the worked example in docs/protocol.md', () => {
+  const secret = Buffer.from('example-client-secret-0123456789');
+  const sn = '59c022321689867600b1211b5c80e2eda6ca1235b91e02f2b9150f0918680045';
+  const cn = '37af00b6a42a4ad8f1cbfbf3636ed14b817a7515213b8c1ad833e90d9894f0d6';
+  assert.equal(P.proof(secret, 'client', sn, cn), 'bc8a1c901757cf0e9f28f83feb40e8faff6d7cf324e3ba88af9b8ad129863415');
+  assert.equal(P.proof(secret, 'server', sn, cn), '492a324b111fc45168daee57e6b43c5a86004384c3dcff0c5b53c1aeec164bf7');
+  assert.equal(P.parseBanner(`TICKETING/1 ${sn}`), sn);
+  assert.equal(P.parseBanner(`TICKETING/2 ${sn}`), null);
+  assert.equal(P.parseOk('OK 492a324b111fc45168daee57e6b43c5a86004384c3dcff0c5b53c1aeec164bf7 9ece111f414eb40b e8976ec909731613da545efbae7a1b31'),
+    '492a324b111fc45168daee57e6b43c5a86004384c3dcff0c5b53c1aeec164bf7');
+  assert.equal(P.parseOk('E - auth'), null);
+});
+
+test('request lines', () => {
+  assert.equal(P.fmtAcquire(2, 'show-42', 'alice', 30000, 0), 'A 2 show-42 alice 30000 0\n');
+  assert.equal(P.fmtRelease(6, 'show-42', 'alice', 18446744073709551615n), 'R 6 show-42 alice 18446744073709551615\n');
+  assert.equal(P.fmtQuery(5, 'k'), 'Q 5 k\n');
+  assert.equal(P.fmtPing(0), 'P 0\n');
+});
+
+test('responses follow the server grammar exactly', () => {
+  assert.deepEqual(P.parseResponse('G 2 1796223722315317'),
+    { type: 'G', id: 2n, token: 1796223722315317n, owner: null, waiters: 0, text: null });
+  assert.equal(P.parseResponse('G 2 18446744073709551615').token, 18446744073709551615n, 'u64 tokens stay exact');
+  assert.equal(P.parseResponse('G 2 18446744073709551616'), null, 'beyond u64');
+  assert.equal(P.parseResponse('G 2 0'), null, 'a token is at least 1');
+  assert.equal(P.parseResponse('G 2 01'), null, 'no leading zero');
+  assert.equal(P.parseResponse('T 4\r').type, 'T');
+  const q = P.parseResponse('Q 5 alice 17 1');
+  assert.equal(q.owner, 'alice');
+  assert.equal(q.waiters, 1);
+  assert.equal(P.parseResponse('Q 5 - 0 0').owner, null);
+  assert.equal(P.parseResponse('Q 5 alice 0 0'), null, 'a free key is "- 0 0"');
+  assert.equal(P.parseResponse('Q 5 - 0 3'), null, 'a free key has no waiters');
+  assert.equal(P.parseResponse('E 7 command').text, 'command');
+  const e = P.parseResponse('E - overload');
+  assert.equal(e.id, null);
+  assert.equal(e.text, 'overload');
+  assert.equal(P.parseResponse('M 127.0.0.1:7410').text, '127.0.0.1:7410');
+  assert.equal(P.parseResponse('M -').text, null);
+  assert.equal(P.parseResponse('M nowhere'), null);
+  for (const bad of ['', 'G', 'G  2 5', 'G 2 5 ', 'GG 2 5', 'P -1', 'Z 1', 'T 1 2', 'P 99999999999999999999999']) {
+    assert.equal(P.parseResponse(bad), null, JSON.stringify(bad));
+  }
+});
+
+test('field checks', () => {
+  assert.ok(P.keyOk('a'));
+  assert.ok(P.keyOk('~'.repeat(250)));
+  assert.ok(!P.keyOk('~'.repeat(251)));
+  assert.ok(!P.keyOk(''));
+  assert.ok(!P.keyOk('a b'));
+  assert.ok(!P.keyOk('caf\u00e9'));
+  assert.ok(!P.keyOk(42));
+  assert.ok(P.ownerOk('o'.repeat(64)));
+  assert.ok(!P.ownerOk('o'.repeat(65)));
+  assert.equal(P.tokenOf(1), 1n);
+  assert.equal(P.tokenOf('18446744073709551615'), 18446744073709551615n);
+  assert.equal(P.tokenOf(18446744073709551616n), null);
+  assert.equal(P.tokenOf(0), null);
+  assert.equal(P.tokenOf(2 ** 60), null, 'a Number beyond 2^53 may have lost digits');
+  assert.equal(P.tokenOf('007'), null);
+  assert.deepEqual(P.parseAddr('[::1]:7400'), { host: '::1', port: 7400 });
+  assert.throws(() => P.parseAddr('::1:7400'));
+  assert.throws(() => P.parseAddr('host:0'));
+  assert.throws(() => P.parseAddr('host'));
+  assert.match(P.defaultOwner(), /^[\x21-\x7e]+-\d+-[0-9a-f]{12}$/);
+});
