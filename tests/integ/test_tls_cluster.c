@@ -507,5 +507,21 @@ Test(tls_cluster, remove_member_over_tls)
     char want[64];
     snprintf(want, sizeof(want), "removed %s", id);
     cr_assert(strstr(out, want) != NULL, "%s", out);
+    /* members and status read the admin port, which a TLS cluster serves
+     * in plain HTTP as any other: the removed member is gone from both. */
+    const char *members[] = {TK_BIN_DIR "/ticketctl", "members", addr, NULL};
+    bool listed = true;
+    for (int i = 0; i < 50 && listed; i++) { /* "removed" is the append; members the commit */
+        code = tk_run(members, out, sizeof(out), 30000);
+        cr_assert_eq(code, 0, "members: exit %d: %s", code, out);
+        listed = strstr(out, id) != NULL;
+        if (listed)
+            usleep(100 * 1000);
+    }
+    cr_assert(!listed, "the removed member is still listed after 5 s: %s", out);
+    const char *status[] = {TK_BIN_DIR "/ticketctl", "status", addr, "--json", NULL};
+    code = tk_run(status, out, sizeof(out), 30000);
+    cr_assert_eq(code, 0, "status: exit %d: %s", code, out);
+    cr_assert(strstr(out, "\"tls\":true") != NULL, "%s", out);
     pass();
 }
