@@ -157,9 +157,15 @@ static void apply_entry(struct tk_driver *d, uint64_t index, const struct tk_raf
  * has already accepted it, so a blob this node cannot load cannot be
  * refused here: it is checked whole before any shard drops its state, and
  * a malformed one stops the node (fatal) before anything changed. Each
- * shard gets its records in one message. */
-static void install_snapshot(struct tk_driver *d, uint64_t index, const uint8_t *data, size_t len)
+ * shard gets its records in one message, each lease's time left less the
+ * snapshot's age (at least 1 ms: an expiry is then due), so that neither
+ * the time between the cut and the install nor a failover after it
+ * stretches a lease. */
+static void install_snapshot(struct tk_driver *d, const struct tk_raft_update_install *inst)
 {
+    uint64_t index = inst->index;
+    const uint8_t *data = inst->data;
+    size_t len = inst->len;
     uint64_t count = 0;
     const char *why = NULL;
     if (tk_snap_check(data, len, tk_raft_next_token(d->core), &count, &why) != TK_OK) {
@@ -173,8 +179,9 @@ static void install_snapshot(struct tk_driver *d, uint64_t index, const uint8_t 
     size_t pos = TK_SNAP_HEADER_LEN;
     for (uint64_t i = 0; i < count; i++) {
         struct tk_cmd c;
+        uint32_t left = 0;
         size_t at = pos;
-        TK_ASSERT(tk_snap_next(data, len, &pos, &c, NULL) == TK_OK);
+        TK_ASSERT(tk_snap_next(data, len, &pos, &c, &left) == TK_OK);
         struct tk_msg_install *s = &in[tk_cmd_shard(c.key, c.key_len, n)];
         size_t rec = pos - at;
         if (cap[s - in] - s->len < rec) {
@@ -183,7 +190,8 @@ static void install_snapshot(struct tk_driver *d, uint64_t index, const uint8_t 
             TK_ASSERT(s->data != NULL);
             cap[s - in] = want;
         }
-        memcpy(s->data + s->len, data + at, rec);
+        left = left > inst->age_ms ? left - inst->age_ms : 1;
+        TK_ASSERT(tk_snap_put(s->data + s->len, rec, &c, left) == rec);
         s->len += rec;
         s->count++;
     }
@@ -319,7 +327,7 @@ void tk_driver_process(struct tk_driver *d, int rc, struct tk_raft_update *up)
             d->pend_len = 0;
         }
         if (up->flags & TK_RAFT_UPDATE_SNAPSHOT_INSTALL) {
-            install_snapshot(d, up->install.index, up->install.data, up->install.len);
+            install_snapshot(d, &up->install);
             d->applied = up->install.index;
         }
         for (uint32_t i = 0; i < up->n_msgs; i++)

@@ -107,6 +107,10 @@ struct raft_snap {
     uint64_t index; /* 0: none */
     uint64_t term;
     uint64_t token_next;
+    /* On this node's clock, no earlier than the leases in data were
+     * counted: when the blob was handed over, or an install's time less
+     * the age its last chunk carried. */
+    uint64_t taken_us;
     struct tk_raft_config config;
     uint8_t *data;
     size_t len;

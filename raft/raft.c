@@ -482,6 +482,8 @@ int tk_raft_step(struct tk_raft *r, const struct tk_raft_event *ev, struct tk_ra
         up->install.token_next = r->snap.token_next;
         up->install.data = r->snap.data;
         up->install.len = r->snap.len;
+        up->install.age_ms =
+            (uint32_t)TK_MIN((r->now_us - r->snap.taken_us) / 1000u, (uint64_t)UINT32_MAX);
     }
     return rv;
 }

@@ -260,7 +260,11 @@ struct tk_raft_msg {
             uint64_t token_next; /* fencing counter after index */
             uint64_t total;      /* bytes of the whole blob */
             uint64_t offset;     /* of this chunk */
-            uint32_t len;        /* of this chunk */
+            /* ms since the leases in the blob were counted, on the sender's
+             * clock when it sent this chunk (rounded down): an install
+             * takes that off what the blob says is left of each lease. */
+            uint32_t age_ms;
+            uint32_t len; /* of this chunk */
             const uint8_t *data;
             const struct tk_raft_config *config; /* config at index */
         } snapshot;
@@ -460,12 +464,13 @@ struct tk_raft_update {
     uint32_t n_msgs;
     /* SNAPSHOT_INSTALL: replace the state machine with this blob; the
      * applied index becomes install.index (the core counts it so). */
-    struct {
+    struct tk_raft_update_install {
         uint64_t index;
         uint64_t term;
         uint64_t token_next;
         const uint8_t *data;
         size_t len;
+        uint32_t age_ms; /* of the leases in data: the last chunk's age_ms */
     } install;
     /* SNAPSHOT_WANTED: the core asks for a snapshot at the applied index
      * (snapshot_index); answer with TK_RAFT_EV_SNAPSHOT when convenient. */

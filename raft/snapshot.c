@@ -61,6 +61,29 @@ void raft_incoming_free(struct raft_incoming *in)
     memset(in, 0, sizeof(*in));
 }
 
+static bool snap_in_use(const struct tk_raft *r, uint64_t index, bool live);
+
+/* The lowest snapshot index a live follower is being sent, when the log
+ * after it fits half the log bounds; UINT64_MAX otherwise. Keeping those
+ * entries lets the follower go on with Appends once it installs, instead
+ * of chasing every newer snapshot over a slow link. end is the log's
+ * cumulative bytes at the current snapshot. */
+static uint64_t transfer_floor(const struct tk_raft *r, uint64_t end)
+{
+    uint64_t floor = UINT64_MAX;
+    for (uint32_t i = 0; i < r->config.n; i++) {
+        const struct raft_progress *p = &r->prog[i];
+        if (r->config.m[i].id != r->id && p->state == PROGRESS_SNAPSHOT &&
+            snap_in_use(r, p->snap_index, true))
+            floor = TK_MIN(floor, p->snap_index);
+    }
+    if (floor == UINT64_MAX || floor < r->log.first - 1 || floor >= r->snap.index ||
+        r->snap.index - floor > r->opt.log_entries_max / 2 ||
+        end - raft_log_cum(&r->log, floor) > r->opt.log_bytes_max / 2)
+        return UINT64_MAX;
+    return floor;
+}
+
 void raft_log_trim(struct tk_raft *r)
 {
     if (r->snap.index == 0)
@@ -88,7 +111,7 @@ void raft_log_trim(struct tk_raft *r)
         else
             lo = mid + 1;
     }
-    uint64_t to = lo;
+    uint64_t to = TK_MIN(lo, transfer_floor(r, end));
     if (to < r->log.first)
         return;
     raft_config_at(r, to, &r->base_config);
@@ -174,6 +197,7 @@ int raft_snapshot_taken(struct tk_raft *r, uint64_t index, uint8_t *data, size_t
     r->snap.config = config;
     r->snap.data = len > 0 ? data : NULL;
     r->snap.len = len;
+    r->snap.taken_us = r->now_us;
     if (len == 0)
         free(data);
     r->metrics.snapshots_taken++;
@@ -219,6 +243,10 @@ static int64_t snap_send_chunk(struct tk_raft *r,
     m->snapshot.token_next = s->token_next;
     m->snapshot.total = s->len;
     m->snapshot.offset = offset;
+    /* Rounded down: a receiver that takes off too little keeps a lease a
+     * little longer than this node would, never shorter. */
+    uint64_t age_ms = (r->now_us - TK_MIN(r->now_us, s->taken_us)) / 1000u;
+    m->snapshot.age_ms = (uint32_t)TK_MIN(age_ms, (uint64_t)UINT32_MAX);
     m->snapshot.len = len;
     m->snapshot.data = len > 0 ? s->data + offset : NULL;
     m->snapshot.config = &s->config;
@@ -370,6 +398,7 @@ static void snapshot_install(struct tk_raft *r, const struct tk_raft_msg *m)
     r->snap.config = *m->snapshot.config;
     r->snap.data = r->in.total > 0 ? r->in.buf : NULL;
     r->snap.len = r->in.total;
+    r->snap.taken_us = r->now_us - TK_MIN(r->now_us, (uint64_t)m->snapshot.age_ms * 1000u);
     if (r->in.total == 0)
         free(r->in.buf);
     memset(&r->in, 0, sizeof(r->in));

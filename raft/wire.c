@@ -84,7 +84,7 @@ static size_t payload_len(const struct tk_raft_msg *m)
         case TK_RAFT_MSG_APPEND_REPLY:
             return 25;
         case TK_RAFT_MSG_SNAPSHOT:
-            return 40 + config_len(m->snapshot.config) + 4 + m->snapshot.len;
+            return 44 + config_len(m->snapshot.config) + 4 + m->snapshot.len;
         case TK_RAFT_MSG_SNAPSHOT_REPLY:
             return 17;
         case TK_RAFT_MSG_TIMEOUT_NOW:
@@ -147,6 +147,7 @@ static void encode_snapshot(struct wbuf *w, const struct tk_raft_msg *m)
     w_u64(w, m->snapshot.token_next);
     w_u64(w, m->snapshot.total);
     w_u64(w, m->snapshot.offset);
+    w_u32(w, m->snapshot.age_ms);
     w_config(w, m->snapshot.config);
     w_u32(w, m->snapshot.len);
     w_bytes(w, m->snapshot.data, m->snapshot.len);
@@ -402,6 +403,7 @@ static void decode_snapshot(struct rbuf *r, struct tk_raft_msg *m, struct tk_wir
     m->snapshot.token_next = r_u64(r);
     m->snapshot.total = r_u64(r);
     m->snapshot.offset = r_u64(r);
+    m->snapshot.age_ms = r_u32(r);
     m->snapshot.config = r_config(r, s);
     if (r->bad)
         return;

@@ -82,6 +82,7 @@ struct tk_wire_frame tk_wire_sample(uint8_t type, const struct tk_raft_config *c
             m->snapshot.token_next = 123456;
             m->snapshot.total = 100;
             m->snapshot.offset = 50;
+            m->snapshot.age_ms = 4321;
             m->snapshot.len = sizeof(DATA);
             m->snapshot.data = DATA;
             m->snapshot.config = cfg;

@@ -321,16 +321,22 @@ Test(node, every_shard_full_in_one_round)
     node_free(&n);
 }
 
+/* A standalone node whose client 0 holds show-42 (request id 1). */
+static void holding_show_42(struct node *n)
+{
+    node_init(n, 1024);
+    node_settle(n);
+    request(n, 0, 'A', "show-42", 1);
+    node_settle(n);
+    cr_assert_eq(answer_of(n, 1)->type, 'G');
+}
+
 /* An install counts what was left of each lease at the cut, not a fresh
  * lease (else every install and failover stretches a holder's lease). */
 Test(node, install_carries_the_lease_left)
 {
     struct node n;
-    node_init(&n, 1024);
-    node_settle(&n);
-    request(&n, 0, 'A', "show-42", 1);
-    node_settle(&n);
-    cr_assert_eq(answer_of(&n, 1)->type, 'G');
+    holding_show_42(&n);
     uint32_t s = tk_cmd_shard("show-42", 7, NSHARDS);
     /* 7 s later the shard cuts its part: 3 s of the 10 s lease are left. */
     n.now += 7000000;
@@ -373,6 +379,66 @@ Test(node, install_carries_the_lease_left)
     uint64_t due = tk_shard_deadline(f.sh[s]);
     cr_assert_eq(due, f.now + 3000000 + TK_LOCK_DRIFT_US(10000), "due %llu",
                  (unsigned long long)(due - f.now));
+    node_free(&f);
+    node_free(&n);
+}
+
+/* The driver takes the snapshot's age off each lease it installs: a blob
+ * cut with 3 s left and installed 2 s later restores 1 s, not 3 s (else the
+ * time between a cut and its install stretches every lease it holds). */
+Test(node, install_takes_the_snapshot_age_off_each_lease)
+{
+    struct node n;
+    holding_show_42(&n);
+    uint64_t token = answer_of(&n, 1)->token;
+    /* The blob: one holder with 3,000 ms of its 10 s lease left. */
+    struct tk_cmd g = {.type = TK_CMD_GRANT, .key_len = 7, .owner_len = 1, .lease_ms = 10000};
+    g.token = token;
+    memcpy(g.key, "show-42", 7);
+    g.owner[0] = 'o';
+    static uint8_t blob[TK_SNAP_HEADER_LEN + TK_SNAP_RECORD_MAX];
+    memcpy(blob, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN);
+    uint64_t count = 1;
+    memcpy(blob + TK_SNAP_MAGIC_LEN, &count, sizeof(count));
+    size_t len = TK_SNAP_HEADER_LEN;
+    len += tk_snap_put(blob + len, sizeof(blob) - len, &g, 3000);
+
+    /* Another node past that token gets it as an install 2,000 ms old. */
+    struct node f;
+    node_init(&f, 1024);
+    node_settle(&f);
+    request(&f, 0, 'A', "other", 1);
+    node_settle(&f);
+    cr_assert_eq(answer_of(&f, 1)->type, 'G');
+    /* (f's own grant took the same first token, so its counter is past
+     * the blob's: the install's check passes.) */
+    struct tk_raft_update up = {.flags = TK_RAFT_UPDATE_SNAPSHOT_INSTALL};
+    up.install.index = 99;
+    up.install.data = blob;
+    up.install.len = len;
+    up.install.age_ms = 2000;
+    tk_driver_process(f.d, TK_OK, &up);
+    uint32_t s = tk_cmd_shard("show-42", 7, NSHARDS);
+    struct queue *q = &f.to_shard[s];
+    bool seen = false;
+    for (uint32_t i = 0; i < q->len; i++) {
+        struct qmsg *m = &q->m[(q->head + i) % QMAX];
+        if (m->kind != TK_MSG_INSTALL)
+            continue;
+        struct tk_msg in;
+        cr_assert_eq(tk_msg_decode(m->kind, m->data, m->len, &in), TK_OK);
+        cr_assert_eq(in.u.install.count, 1);
+        struct tk_cmd got;
+        uint32_t left = 0;
+        size_t pos = 0;
+        cr_assert_eq(tk_snap_next(in.u.install.data, in.u.install.len, &pos, &got, &left), TK_OK);
+        cr_assert_eq(left, 1000, "left %u ms: the age was not taken off", left);
+        cr_assert_eq(got.token, token);
+        free(in.u.install.data); /* the shard would have */
+        m->kind = UINT32_MAX;
+        seen = true;
+    }
+    cr_assert(seen, "no install reached the key's shard");
     node_free(&f);
     node_free(&n);
 }

@@ -104,6 +104,7 @@ static void assert_same(const struct tk_wire_frame *a, const struct tk_wire_fram
             cr_assert_eq(x->snapshot.token_next, y->snapshot.token_next);
             cr_assert_eq(x->snapshot.total, y->snapshot.total);
             cr_assert_eq(x->snapshot.offset, y->snapshot.offset);
+            cr_assert_eq(x->snapshot.age_ms, y->snapshot.age_ms);
             cr_assert_eq(x->snapshot.len, y->snapshot.len);
             cr_assert_eq(memcmp(x->snapshot.data, y->snapshot.data, x->snapshot.len), 0);
             cr_assert_eq(y->snapshot.config->n, 2);
