@@ -276,6 +276,7 @@ static bool raftd_round(struct tk_raftd *r, unsigned n)
     n += drain_workers(r);
     r->did_work = n != 0;
     raftd_probe_peers(r);
+    raftd_note_gone(r);
     raftd_members_step(r);
     if (r->now - r->pub_at >= STATUS_PERIOD_US)
         raftd_publish(r);

@@ -73,23 +73,30 @@ struct tk_raftd {
     uint64_t join_leader_id;                 /* whom to ask; 0: no leader known */
     char join_leader_addr[TK_ADDR_MAX];      /* its peer address */
     uint64_t join_domain_lo, join_domain_hi; /* the domain we join (0,0: none seen) */
-    uint64_t leader_heard_us;                /* last Append/Snapshot from a leader */
-    uint64_t leader_seen_us;                 /* fresh: since when probes name a live leader */
-    uint8_t join_reply;                      /* last JoinReply status, 0xff: none */
-    uint8_t membership;                      /* enum raftd_membership, published */
-    bool removed;                            /* the leader says we are not a member */
-    char note[256];                          /* why we are where we are (/status) */
-    uint64_t note_us;                        /* when the note was last brought up to date */
-    uint64_t members_at;                     /* leader: next membership step */
-    uint64_t invalid_log_at;                 /* next time an invalid message may be logged */
-    uint64_t refused_log_at;                 /* next time a refused dial may be logged */
-    uint64_t dials_refused;                  /* sends to addresses no member has (raftd_send_msg) */
-    uint64_t test_stall_us;                  /* test hook: stall once this long (0: never) */
-    uint64_t drain_deadline;                 /* draining: when to stop waiting for a transfer */
-    bool did_work;                           /* the last round handled something */
-    bool started;                            /* inline: the loop's start ran */
-    unsigned io_work;                        /* inline: messages the I/O part handled */
-    _Atomic int finished;                    /* the loop ended (inline: tk_raftd_join waits) */
+    /* NodeIds this node saw leave its configuration, newest last (a ring):
+     * a Join from one of them is answered removed (raftd_peers.c). */
+#define RAFTD_GONE_MAX 32
+    uint64_t gone[RAFTD_GONE_MAX];
+    uint32_t gone_next;
+    uint64_t seen_ids[TK_RAFT_MEMBERS_MAX];
+    uint32_t seen_n;
+    uint64_t leader_heard_us; /* last Append/Snapshot from a leader */
+    uint64_t leader_seen_us;  /* fresh: since when probes name a live leader */
+    uint8_t join_reply;       /* last JoinReply status, 0xff: none */
+    uint8_t membership;       /* enum raftd_membership, published */
+    bool removed;             /* the leader says we are not a member */
+    char note[256];           /* why we are where we are (/status) */
+    uint64_t note_us;         /* when the note was last brought up to date */
+    uint64_t members_at;      /* leader: next membership step */
+    uint64_t invalid_log_at;  /* next time an invalid message may be logged */
+    uint64_t refused_log_at;  /* next time a refused dial may be logged */
+    uint64_t dials_refused;   /* sends to addresses no member has (raftd_send_msg) */
+    uint64_t test_stall_us;   /* test hook: stall once this long (0: never) */
+    uint64_t drain_deadline;  /* draining: when to stop waiting for a transfer */
+    bool did_work;            /* the last round handled something */
+    bool started;             /* inline: the loop's start ran */
+    unsigned io_work;         /* inline: messages the I/O part handled */
+    _Atomic int finished;     /* the loop ended (inline: tk_raftd_join waits) */
     _Atomic uint64_t m_joins, m_changes;
 
     /* The pure logic of this thread (raft/driver.h); core is its Raft core. */
@@ -136,6 +143,10 @@ bool raftd_peer_cert(void *ctx, const struct tk_tls *tls);
 void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f);
 void raftd_probe_peers(struct tk_raftd *r);
 void raftd_members_step(struct tk_raftd *r);
+/* Notes the NodeIds that left the configuration since the last round, and
+ * whether id is one of the last RAFTD_GONE_MAX of them. */
+void raftd_note_gone(struct tk_raftd *r);
+bool raftd_was_removed(const struct tk_raftd *r, uint64_t id);
 const char *raftd_membership_name(uint8_t m);
 int raftd_parse_peers(struct tk_raftd *r);
 

@@ -280,14 +280,50 @@ static void send_join_reply(struct tk_raftd *r, struct tk_plink *l, uint64_t to,
     tk_peers_send(r->peers, l, &f);
 }
 
+void raftd_note_gone(struct tk_raftd *r)
+{
+    const struct tk_raft_config *c = tk_raft_config(r->core);
+    if (c == NULL)
+        return;
+    for (uint32_t i = 0; i < r->seen_n; i++)
+        if (tk_raft_config_find(c, r->seen_ids[i]) == NULL && !raftd_was_removed(r, r->seen_ids[i]))
+            r->gone[r->gone_next++ % RAFTD_GONE_MAX] = r->seen_ids[i];
+    r->seen_n = c->n;
+    for (uint32_t i = 0; i < c->n; i++)
+        r->seen_ids[i] = c->m[i].id;
+}
+
+bool raftd_was_removed(const struct tk_raftd *r, uint64_t id)
+{
+    for (uint32_t i = 0; i < RAFTD_GONE_MAX; i++)
+        if (id != 0 && r->gone[i] == id)
+            return true;
+    return false;
+}
+
 /* Leader: a fresh NodeId asks to be added (SPEC 10). It becomes a learner
  * at once if the core takes the change; the rest of the replacement
  * (promote, remove the old identity) is raftd_members_step's. */
-static void on_join(struct tk_raftd *r, struct tk_plink *l, const struct tk_raft_msg *m)
+static void on_join(struct tk_raftd *r, struct tk_plink *l, const struct tk_wire_frame *f)
 {
+    const struct tk_raft_msg *m = &f->msg;
     const struct tk_raft_config *c = tk_raft_config(r->core);
     if (tk_raft_role(r->core) != TK_RAFT_LEADER || !c) {
         send_join_reply(r, l, m->from, TK_RAFT_JOIN_NOT_LEADER);
+        return;
+    }
+    /* A Join in this domain (only a node once added to it knows it) from a
+     * NodeId this node saw leave the configuration: a removed or replaced
+     * learner that woke up. Adding it again would remove its replacement,
+     * which would then ask again, and so on: tell it instead, so it exits
+     * (SPEC 10). A learner whose addition a new leader truncated was never
+     * seen leaving here, and is added again. */
+    if ((f->domain_lo | f->domain_hi) != 0 && f->domain_lo == c->domain_lo &&
+        f->domain_hi == c->domain_hi && tk_raft_config_find(c, m->from) == NULL &&
+        raftd_was_removed(r, m->from)) {
+        tk_log(TK_LOG_WARN, "join of %016llx refused: it was removed from this domain",
+               (unsigned long long)m->from);
+        send_join_reply(r, l, m->from, TK_RAFT_JOIN_REMOVED);
         return;
     }
     struct tk_raft_member j = {.id = m->from, .role = TK_RAFT_LEARNER};
@@ -437,7 +473,7 @@ void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f
             on_probe_reply(r, f);
             return;
         case TK_RAFT_MSG_JOIN:
-            on_join(r, l, &f->msg);
+            on_join(r, l, f);
             return;
         case TK_RAFT_MSG_JOIN_REPLY:
             on_join_reply(r, f);

@@ -457,3 +457,99 @@ Test(trust, authenticated_links_cannot_fill_the_table)
     cr_assert_geq(waited, 0, "the restarted follower did not rejoin within 15 s");
     cr_assert_eq(tk_cluster_leader(&cl, 2000, 0), l, "the leader lost its office");
 }
+
+/* ---- a removed identity does not come back ------------------------------------------ */
+
+/* Reads frames from c (what the handshake left in its buffer first) until
+ * one of type `want` arrives, within timeout_ms; the others are skipped.
+ * Returns 0 with *out decoded (pointing into scratch), or -1. */
+static int read_frame(struct tk_tc *c,
+                      uint8_t want,
+                      struct tk_wire_frame *out,
+                      struct tk_wire_scratch *scratch,
+                      int timeout_ms)
+{
+    uint64_t end = tk_test_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        size_t flen = 0;
+        if (tk_wire_frame_len((const uint8_t *)c->buf, c->len, &flen) != TK_OK)
+            return -1;
+        if (flen != 0 && flen <= c->len) {
+            int rc = tk_wire_decode((const uint8_t *)c->buf, flen, out, scratch);
+            bool hit = rc == TK_OK && out->msg.type == want;
+            memmove(c->buf, c->buf + flen, c->len - flen);
+            c->len -= flen;
+            if (hit)
+                return 0;
+            continue;
+        }
+        uint64_t now = tk_test_ms();
+        if (now >= end || c->len == sizeof(c->buf))
+            return -1;
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(end - now)) <= 0)
+            continue;
+        ssize_t n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0);
+        if (n <= 0)
+            return -1;
+        c->len += (size_t)n;
+    }
+}
+
+/* An identity that was replaced (a learner that was paused, say, while a
+ * newer process took its address) wakes up and asks to join with the
+ * domain it had learned. Were it added again, its replacement would be
+ * removed in turn and ask again: a ping-pong. The leader answers that it
+ * was removed, and adds nothing. */
+Test(trust, a_join_from_a_removed_identity_is_answered_removed)
+{
+    int l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    int f = (l + 1) % 3;
+    uint64_t old_id = tk_cluster_node_id(&cl, f);
+    cr_assert_geq(tk_node_stop(&cl.node[f], SIGKILL, 5000), 0);
+    cr_assert_eq(tk_cluster_restart(&cl, f), 0);
+    cr_assert_geq(tk_cluster_wait_ready(&cl, f, 15000), 0, "the restarted member did not rejoin");
+    l = tk_cluster_leader(&cl, 5000, 0);
+    cr_assert_geq(l, 0);
+    static char body[16384];
+    char old_hex[17];
+    snprintf(old_hex, sizeof old_hex, "%016llx", (unsigned long long)old_id);
+    for (int i = 0; i < 50; i++) { /* the old identity is removed after the promotion */
+        cr_assert_eq(tk_cluster_status(&cl, l, body, sizeof body), 200);
+        if (strstr(body, old_hex) == NULL)
+            break;
+        usleep(100 * 1000);
+    }
+    cr_assert_null(strstr(body, old_hex), "the replaced identity is still a member: %s", body);
+    cr_assert_eq(tk_cluster_status(&cl, l, body, sizeof body), 200);
+    const char *d = strstr(body, "\"domain\":\"");
+    cr_assert_not_null(d, "%s", body);
+    d += strlen("\"domain\":\"");
+    char hi[17] = {0}, lo[17] = {0};
+    memcpy(hi, d, 16);
+    memcpy(lo, d + 16, 16);
+    static struct tk_tc c;
+    struct tk_hs hs;
+    cr_assert_eq(tk_peer_open(&c, &hs, cl.node[l].port + 1, peer_addr_of(l),
+                              cl.node[l].peer_secret_file, 5000),
+                 0);
+    const char *addr = peer_addr_of(f); /* the address it had */
+    static const char client[] = "127.0.0.1:9";
+    struct tk_wire_frame j = {.domain_lo = strtoull(lo, NULL, 16),
+                              .domain_hi = strtoull(hi, NULL, 16),
+                              .msg = {.type = TK_RAFT_MSG_JOIN, .from = old_id}};
+    j.msg.join.peer_addr = (struct tk_raft_str){addr, (uint16_t)strlen(addr)};
+    j.msg.join.client_addr = (struct tk_raft_str){client, (uint16_t)strlen(client)};
+    cr_assert_eq(tk_peer_send(&c, &j), 0);
+    static struct tk_wire_scratch scratch;
+    struct tk_wire_frame reply;
+    cr_assert_eq(read_frame(&c, TK_RAFT_MSG_JOIN_REPLY, &reply, &scratch, 5000), 0,
+                 "no JoinReply came");
+    cr_assert_eq(reply.msg.join_reply.status, TK_RAFT_JOIN_REMOVED, "status %u",
+                 reply.msg.join_reply.status);
+    tk_tc_close(&c);
+    usleep(300 * 1000);
+    cr_assert_eq(tk_cluster_status(&cl, l, body, sizeof body), 200);
+    cr_assert_null(strstr(body, old_hex), "the removed identity was added again: %s", body);
+}
