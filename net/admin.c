@@ -198,14 +198,8 @@ struct admin_conn {
     size_t len; /* request bytes read */
     char *out;  /* the part of the answer not written yet, or NULL */
     size_t out_len, out_off;
-    char *req;   /* REQ_MAX + 1 bytes, from the accept to the close */
-    uint64_t id; /* this connection's number, which a slot taken again does not keep */
-    bool later;  /* a whole request for /status or /metrics, in the later queue */
-};
-
-struct later_entry {
-    uint32_t slot;
-    uint64_t id;
+    char *req;  /* REQ_MAX + 1 bytes, from the accept to the close */
+    bool later; /* a whole request for /status or /metrics, in the later queue */
 };
 
 /* Connections live in fixed slots (fd -1: free), so an epoll event can
@@ -218,9 +212,8 @@ struct admin {
     /* The answers to /status and /metrics wait in a queue (of cap entries:
      * a connection is in it once at most) and are written LATER_BUDGET_US
      * at most each round, after everything else the round had. */
-    struct later_entry *later;
+    uint32_t *later; /* slots */
     uint32_t later_head, nlater;
-    uint64_t next_id;
     int ep;
     uint64_t next_sweep_us;
     /* /status and /metrics are rendered at most once a round, into
@@ -234,7 +227,10 @@ struct admin {
 static void conn_close(struct admin *a, uint32_t i)
 {
     struct admin_conn *c = &a->c[i];
+    TK_ASSERT(!c->later);
     if (c->out != NULL) {
+        TK_ASSERT(admin_stats.answers_pending > 0 &&
+                  admin_stats.pending_bytes >= c->out_len - c->out_off);
         admin_stats.answers_pending--;
         admin_stats.pending_bytes -= c->out_len - c->out_off;
         free(c->out);
@@ -329,8 +325,7 @@ static void serve(struct admin *a, uint32_t i, bool late)
         TK_ASSERT(!c->later && a->nlater < a->cap);
         c->later = true;
         uint32_t at = (a->later_head + a->nlater++) % a->cap;
-        a->later[at].slot = i;
-        a->later[at].id = c->id;
+        a->later[at] = i;
         return;
     }
     switch (route) {
@@ -394,8 +389,7 @@ static void admin_accept(struct admin *a)
         a->c[i] = (struct admin_conn){.fd = fd,
                                       .opened_us = now,
                                       .deadline_us = now + REQ_DEADLINE_US,
-                                      .req = malloc(REQ_MAX + 1),
-                                      .id = ++a->next_id};
+                                      .req = malloc(REQ_MAX + 1)};
         TK_ASSERT(a->c[i].req != NULL);
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
         if (epoll_ctl(a->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
@@ -459,12 +453,13 @@ static void serve_later(struct admin *a, uint64_t now)
     for (uint32_t k = 0; a->nlater > 0; k++) {
         if (k % 8 == 7 && tk_now_us() - now > LATER_BUDGET_US)
             return;
-        uint32_t i = a->later[a->later_head].slot;
-        uint64_t id = a->later[a->later_head].id;
+        uint32_t i = a->later[a->later_head];
         a->later_head = (a->later_head + 1) % a->cap;
         a->nlater--;
         struct admin_conn *c = &a->c[i];
-        TK_ASSERT(c->fd >= 0 && c->id == id && c->later); /* see oldest() */
+        /* Nothing closes a connection in the queue (see oldest()), so its
+         * slot still holds it. */
+        TK_ASSERT(c->fd >= 0 && c->later);
         c->later = false;
         serve(a, i, true);
         if (c->out == NULL)
@@ -541,9 +536,11 @@ static void *admin_main(void *arg)
     TK_ASSERT(epoll_ctl(a.ep, EPOLL_CTL_ADD, admin_fd, &lev) == 0);
     while (!atomic_load_explicit(&s->stopping, memory_order_relaxed))
         admin_round(&a);
-    for (uint32_t i = 0; i < a.cap; i++)
+    for (uint32_t i = 0; i < a.cap; i++) {
+        a.c[i].later = false; /* stopping: the queue is dropped whole */
         if (a.c[i].fd >= 0)
             conn_close(&a, i);
+    }
     close(a.ep);
     free(a.later);
     free(a.free_slots);

@@ -61,8 +61,6 @@ void raft_incoming_free(struct raft_incoming *in)
     memset(in, 0, sizeof(*in));
 }
 
-static bool snap_in_use(const struct tk_raft *r, uint64_t index, bool live);
-
 /* The lowest snapshot index a live follower is being sent, when the log
  * after it fits half the log bounds; UINT64_MAX otherwise. Keeping those
  * entries lets the follower go on with Appends once it installs, instead
@@ -70,11 +68,13 @@ static bool snap_in_use(const struct tk_raft *r, uint64_t index, bool live);
  * cumulative bytes at the current snapshot. */
 static uint64_t transfer_floor(const struct tk_raft *r, uint64_t end)
 {
+    if (r->role != TK_RAFT_LEADER)
+        return UINT64_MAX; /* progress is a leader's */
     uint64_t floor = UINT64_MAX;
     for (uint32_t i = 0; i < r->config.n; i++) {
         const struct raft_progress *p = &r->prog[i];
-        if (r->config.m[i].id != r->id && p->state == PROGRESS_SNAPSHOT &&
-            snap_in_use(r, p->snap_index, true))
+        if (r->config.m[i].id != r->id && p->state == PROGRESS_SNAPSHOT && p->snap_index != 0 &&
+            r->now_us - p->last_heard_us < r->opt.election_min_us)
             floor = TK_MIN(floor, p->snap_index);
     }
     if (floor == UINT64_MAX || floor < r->log.first - 1 || floor >= r->snap.index ||
