@@ -74,6 +74,9 @@ static const struct opt opts[] = {
      "joins a live leader otherwise. Never leave it set"},
     {"new-domain-hold-ms", OPT_U32, O(new_domain_hold_ms), 0, 0, 3600000,
      "a forced new domain grants nothing this long (default 250000, the longest lease)"},
+    {"max-clock-drift-ms", OPT_U32, O(max_clock_drift_ms), 0, 1, 60000,
+     "the most two members' clocks may differ (wall clocks, and a monotonic clock's jumps "
+     "within a lease); every time-based safety rule waits this much longer (default 50)"},
     {"log-level", OPT_LEVEL, O(log_level), 0, 0, 3,
      "error, warn, info or debug, or 0-3 in that order (default info)"},
     {"log-format", OPT_FORMAT, O(log_format), 0, 0, 0,
@@ -110,6 +113,7 @@ static void defaults(struct tk_options *o)
     o->heartbeat_ms = 100;
     o->election_ms = 2400;
     o->new_domain_hold_ms = 250000;
+    o->max_clock_drift_ms = 50;
     o->log_level = TK_LOG_INFO;
     o->log_format = TK_LOG_TEXT;
     o->max_connections = 10000;

@@ -34,6 +34,7 @@ struct tk_options {
     bool force_new_domain;
     bool same_secrets_ok;        /* allow one secret for clients and peers */
     uint32_t new_domain_hold_ms; /* a forced domain serves nothing this long */
+    uint32_t max_clock_drift_ms; /* the margin of every time-based safety rule */
     uint32_t log_level;          /* TK_LOG_ERROR (0) .. TK_LOG_DEBUG (3) */
     uint32_t log_format;         /* TK_LOG_TEXT or TK_LOG_JSON */
 

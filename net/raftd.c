@@ -99,8 +99,10 @@ static void raftd_io_event(void *ctx, int ev, uint64_t a, uint64_t b)
             break;
         case TK_DRIVER_EV_HELD: {
             char when[32];
-            tk_log(TK_LOG_WARN, "a forced new domain: serving nothing until %s",
-                   tk_wall_str(a, when, sizeof(when)));
+            tk_log(TK_LOG_WARN,
+                   "a forced new domain: serving nothing until %s (its hold plus "
+                   "--max-clock-drift-ms) and for %llu ms more on this node's own clock",
+                   tk_wall_str(a, when, sizeof(when)), (unsigned long long)(b / 1000u));
             break;
         }
         default:
@@ -420,6 +422,8 @@ int tk_raftd_create(struct tk_server *s)
     dopt.proposals_max =
         tk_driver_proposals_for(tk_shard_share(s->opt.max_keys, s->nworkers), s->nworkers);
     snprintf(dopt.advertise, sizeof(dopt.advertise), "%s", s->advertise);
+    dopt.drift_us = (uint64_t)s->opt.max_clock_drift_ms * 1000u;
+    dopt.hold_us = (uint64_t)s->opt.new_domain_hold_ms * 1000u;
     struct tk_msg_out out = {.ctx = r, .put = raftd_put};
     struct tk_driver_io io = {.ctx = r,
                               .send = raftd_io_send,

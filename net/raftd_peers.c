@@ -669,11 +669,17 @@ static void maybe_bootstrap(struct tk_raftd *r)
          * stays while this node offers, so retries propose the same. */
         uint64_t wall = tk_wall_us();
         uint64_t hold_us = (uint64_t)r->s->opt.new_domain_hold_ms * 1000u;
+        uint64_t drift_us = (uint64_t)r->s->opt.max_clock_drift_ms * 1000u;
         uint32_t majority = r->npeers / 2 + 1;
         r->offer = (struct tk_boot_offer){
             .domain_lo = raftd_random_u64(),
             .domain_hi = raftd_random_u64(),
-            .token_first = TK_MAX(wall, b.token_floor),
+            /* Above every token the lost domain granted: its counter
+             * starts at a wall clock at most the drift bound ahead of this
+             * one and gains a token a grant, so only a domain that granted
+             * more than one a microsecond on average runs ahead of its
+             * wall clock; the counters the promisers' probes saw cover it. */
+            .token_first = TK_MAX(wall + drift_us, b.token_floor),
             .serve_after_us = v == TK_MEMBERS_BOOT_FORCE ? wall + hold_us : 0,
             /* A first domain has every peer; a forced one every fresh
              * node this one sees, and a majority at least. */
@@ -754,11 +760,15 @@ static void member_state(struct tk_raftd *r, const struct tk_raft_config *c, boo
     if (tk_raft_config_is_voter(c, self)) {
         uint64_t wall = tk_wall_us();
         char when[40];
-        if (c->serve_after_us > wall)
+        uint64_t serve_at = c->serve_after_us
+                                ? c->serve_after_us + (uint64_t)r->s->opt.max_clock_drift_ms * 1000u
+                                : 0;
+        if (serve_at > wall)
             set_note(r, RAFTD_VOTER, TK_LOG_WARN,
                      "voter of a forced new fencing domain: nothing is served until %s "
-                     "(--new-domain-hold-ms), so that the lost domain's leases run out first",
-                     tk_wall_str(c->serve_after_us, when, sizeof(when)));
+                     "(--new-domain-hold-ms and --max-clock-drift-ms), so that the lost "
+                     "domain's leases run out first",
+                     tk_wall_str(serve_at, when, sizeof(when)));
         else if (tk_members_replacing(c, self))
             set_note(r, RAFTD_VOTER, TK_LOG_INFO,
                      "voter; the identity this node replaces is still being removed");

@@ -427,6 +427,7 @@ int tk_worker_create(struct tk_server *s, uint32_t idx)
                 .keys_max = tk_shard_share(s->opt.max_keys, nw),
                 .waiters_per_key_max = s->opt.max_waiters_per_key,
                 .waiters_max = tk_shard_share(s->opt.max_waiters, nw),
+                .drift_us = (uint64_t)s->opt.max_clock_drift_ms * 1000u,
             },
         .requests_max = (uint64_t)s->opt.max_connections * s->opt.max_inflight,
     };

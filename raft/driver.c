@@ -39,8 +39,9 @@ struct tk_driver {
 
     uint64_t applied;
     bool leader_ready;
-    bool refused;    /* a batch was refused while leading: wait for the transfer */
-    bool held_noted; /* TK_DRIVER_EV_HELD reported */
+    bool refused;        /* a batch was refused while leading: wait for the transfer */
+    bool held_noted;     /* TK_DRIVER_EV_HELD reported */
+    uint64_t hold_until; /* monotonic: this voter wrote a forced domain's entry 1 */
     uint64_t epoch;
     uint64_t role_leader_id; /* leader announced to the shards */
     char leader_client[TK_MSG_ADDR_MAX];
@@ -250,9 +251,10 @@ static void maybe_lead(struct tk_driver *d, const struct tk_raft_update *up)
         d->refused = false;
     }
     const struct tk_raft_config *c = tk_raft_config(d->core);
-    if (c && c->serve_after_us > d->wall) {
+    uint64_t serve_at = c && c->serve_after_us ? c->serve_after_us + d->o.drift_us : 0;
+    if (serve_at > d->wall || d->now < d->hold_until) {
         if (!d->held_noted)
-            event(d, TK_DRIVER_EV_HELD, c->serve_after_us, 0);
+            event(d, TK_DRIVER_EV_HELD, serve_at, d->hold_until - TK_MIN(d->hold_until, d->now));
         d->held_noted = true;
         return;
     }
@@ -641,6 +643,8 @@ int tk_driver_bootstrap(struct tk_driver *d, const struct tk_raft_config *c, uin
         return rc;
     }
     event(d, TK_DRIVER_EV_BOOTSTRAP, first, c->n);
+    if (c->serve_after_us)
+        d->hold_until = d->now + d->o.hold_us;
     tk_driver_process(d, rc, &up);
     return rc;
 }

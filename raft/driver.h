@@ -58,7 +58,7 @@ enum tk_driver_event {
     TK_DRIVER_EV_BOOTSTRAP,        /* first token, voters */
     TK_DRIVER_EV_BOOTSTRAP_FAILED, /* error code */
     TK_DRIVER_EV_BATCH_REFUSED,    /* commands, error code: shards stepped down */
-    TK_DRIVER_EV_HELD,             /* serve_after wall time: a forced domain waits */
+    TK_DRIVER_EV_HELD, /* wall time it waits for, monotonic us left: a forced domain waits */
 };
 /* Samples for histograms. */
 enum { TK_DRIVER_SAMPLE_BATCH, TK_DRIVER_SAMPLE_LATENCY };
@@ -84,6 +84,12 @@ struct tk_driver_options {
     struct tk_raft_options raft;
     uint64_t proposals_max;          /* proposals that may wait while the log is full */
     char advertise[TK_MSG_ADDR_MAX]; /* this node's client address */
+    /* A forced new domain (serve_after_us set) is served only once this
+     * node's wall clock passed serve_after_us + drift_us (the most two
+     * members' clocks differ, --max-clock-drift-ms), and, on a voter that
+     * wrote its entry 1, once hold_us (--new-domain-hold-ms) passed on its
+     * monotonic clock since: no one wall clock decides alone. */
+    uint64_t drift_us, hold_us;
 };
 
 struct tk_driver_stats {

@@ -445,7 +445,8 @@ static struct lock_key *lock_holder_set(struct tk_lock_table *t,
     k->lease_ms = c->lease_ms;
     k->owner_len = c->owner_len;
     memcpy(k->bytes + k->key_len, c->owner, c->owner_len);
-    uint64_t due = now_us + (uint64_t)c->lease_ms * US_PER_MS + TK_LOCK_DRIFT_US(c->lease_ms);
+    uint64_t due = now_us + (uint64_t)c->lease_ms * US_PER_MS +
+                   TK_LOCK_DRIFT_WITH(c->lease_ms, t->limits.drift_us);
     k->lease_due_us = due;
     if (k->lease_slot == TK_TIMER_NONE)
         tk_timer_push(&t->leases, due, &k->lease_slot); /* room reserved per key */
@@ -615,8 +616,8 @@ void tk_lock_restore_left(struct tk_lock_table *t,
     if (left_ms < grant->lease_ms) {
         /* Count what is left, not a fresh lease, with the lease's margin:
          * the deadline less that margin is what a later cut sends on. */
-        k->lease_due_us =
-            now_us + (uint64_t)left_ms * US_PER_MS + TK_LOCK_DRIFT_US(grant->lease_ms);
+        k->lease_due_us = now_us + (uint64_t)left_ms * US_PER_MS +
+                          TK_LOCK_DRIFT_WITH(grant->lease_ms, t->limits.drift_us);
         tk_timer_update(&t->leases, k->lease_slot, k->lease_due_us);
     }
     t->max_token = TK_MAX(t->max_token, grant->token);
@@ -808,6 +809,8 @@ struct tk_lock_table *tk_lock_create(const struct tk_lock_limits *limits)
     /* Timer back-indices are 32-bit. */
     t->limits.keys_max = TK_MIN(t->limits.keys_max, (uint64_t)TK_TIMER_MAX);
     t->limits.waiters_max = TK_MIN(t->limits.waiters_max, (uint64_t)TK_TIMER_MAX);
+    if (t->limits.drift_us == 0)
+        t->limits.drift_us = TK_LOCK_DRIFT_DEFAULT_US;
     lock_keys_init(t);
     tk_timer_init(&t->leases);
     tk_timer_init(&t->waits);

@@ -95,6 +95,9 @@ struct tk_lock_limits {
     uint64_t keys_max;            /* keys present in the table */
     uint32_t waiters_per_key_max; /* queue length of one key */
     uint64_t waiters_max;         /* waiters in the whole table */
+    /* The clock-drift bound (--max-clock-drift-ms) in every lease margin
+     * below; 0 means TK_LOCK_DRIFT_DEFAULT_US. */
+    uint64_t drift_us;
 };
 
 struct tk_lock_stats {
@@ -123,8 +126,13 @@ void tk_lock_destroy(struct tk_lock_table *t);
  * the grant plus a margin for clock-rate drift and small jumps, so a lease
  * ends late, never early: on a follower that becomes leader (its clock
  * against the old leader's), and on the leader itself (its clock against
- * the client's, which counts from its send). */
-#define TK_LOCK_DRIFT_US(lease_ms) ((uint64_t)(lease_ms) + 50000u) /* 0.1% + 50 ms */
+ * the client's, which counts from its send). The margin is 0.1% of the
+ * lease (rate drift) plus the table's drift bound (small jumps, and the
+ * difference between two members' clocks). */
+#define TK_LOCK_DRIFT_DEFAULT_US 50000u
+#define TK_LOCK_DRIFT_WITH(lease_ms, drift_us) ((uint64_t)(lease_ms) + (uint64_t)(drift_us))
+#define TK_LOCK_DRIFT_US(lease_ms) /* 0.1% + the default 50 ms */ \
+    TK_LOCK_DRIFT_WITH(lease_ms, TK_LOCK_DRIFT_DEFAULT_US)
 
 /* Role changes. tk_lock_lead() must be called only once every committed
  * entry known to this node has been applied (the Raft thread sends it after

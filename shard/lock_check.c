@@ -19,7 +19,7 @@ void tk_lock_stats(const struct tk_lock_table *t, struct tk_lock_stats *out)
 struct each_holder_ctx {
     void (*fn)(void *ctx, const struct tk_cmd *grant);
     void (*fn_left)(void *ctx, const struct tk_cmd *grant, uint32_t left_ms);
-    uint64_t now_us;
+    uint64_t now_us, drift_us;
     void *ctx;
 };
 
@@ -45,7 +45,8 @@ static void each_holder_one(void *ctx, struct lock_key *k)
      * margin it was counted with: whoever restores it adds its own), rounded
      * up, at least 1 ms (an expiry may be due or in flight), at most the
      * lease. */
-    uint64_t end = k->lease_due_us - TK_MIN(k->lease_due_us, TK_LOCK_DRIFT_US(k->lease_ms));
+    uint64_t end =
+        k->lease_due_us - TK_MIN(k->lease_due_us, TK_LOCK_DRIFT_WITH(k->lease_ms, e->drift_us));
     uint64_t left_us = end > e->now_us ? end - e->now_us : 0;
     uint64_t left = TK_MAX((left_us + 999u) / 1000u, 1u);
     e->fn_left(e->ctx, &c, (uint32_t)TK_MIN(left, (uint64_t)k->lease_ms));
@@ -64,7 +65,8 @@ void tk_lock_each_holder_left(const struct tk_lock_table *t,
                               void (*fn)(void *ctx, const struct tk_cmd *grant, uint32_t left_ms),
                               void *ctx)
 {
-    struct each_holder_ctx e = {.fn_left = fn, .now_us = now_us, .ctx = ctx};
+    struct each_holder_ctx e = {
+        .fn_left = fn, .now_us = now_us, .drift_us = t->limits.drift_us, .ctx = ctx};
     lock_keys_each(t, each_holder_one, &e);
 }
 

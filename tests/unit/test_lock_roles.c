@@ -94,6 +94,43 @@ Test(follower, lease_counts_from_apply_plus_margin)
     fx_expect_prop(TK_CMD_EXPIRE, "k", NULL, 10, false);
 }
 
+static void left_of(void *ctx, const struct tk_cmd *grant, uint32_t left_ms)
+{
+    (void)grant;
+    *(uint32_t *)ctx = left_ms;
+}
+
+/* --max-clock-drift-ms: a table's drift bound replaces the default 50 ms
+ * in the margin of every lease it counts, applied or restored, and what a
+ * snapshot says is left does not include it. */
+Test(follower, the_drift_bound_widens_every_lease_margin)
+{
+    struct tk_lock_limits lim = {
+        .keys_max = 8, .waiters_per_key_max = 4, .waiters_max = 8, .drift_us = 400000};
+    struct tk_lock_table *t = tk_lock_create(&lim);
+    struct tk_cmd g = {.type = TK_CMD_GRANT, .token = 10, .lease_ms = 2000};
+    g.key_len = 1;
+    g.key[0] = 'k';
+    g.owner_len = 5;
+    memcpy(g.owner, "alice", 5);
+    uint64_t t0 = 5000000;
+    tk_lock_apply(t, t0, &g, &fx.sink);
+    uint32_t left = 0;
+    tk_lock_each_holder_left(t, t0 + 500000, left_of, &left);
+    cr_assert_eq(left, 1500, "left %u ms", left);
+    tk_lock_lead(t, t0);
+    cr_assert_eq(tk_lock_next_deadline(t), t0 + 2000000u + 2000u + 400000u);
+    tk_lock_follow(t);
+    g.token = 11;
+    g.key[0] = 'm';
+    tk_lock_restore_left(t, t0, &g, 700);
+    tk_lock_lead(t, t0);
+    cr_assert_eq(tk_lock_next_deadline(t), t0 + 700000u + 2000u + 400000u,
+                 "the restored lease counts the bound too");
+    tk_lock_check(t);
+    tk_lock_destroy(t);
+}
+
 Test(follower, handoff_restarts_lease_at_apply)
 {
     fx_apply(TK_CMD_GRANT, "k", "alice", LEASE, 0, 10, false);

@@ -43,7 +43,7 @@ struct node {
     struct ctx cx[NSHARDS + 1];
     struct queue to_shard[NSHARDS]; /* from the driver and other shards */
     struct queue to_driver;
-    uint64_t now;
+    uint64_t now, wall;
     bool hold_snap_req; /* keep SNAP_REQ in the shards' queues */
     struct answer ans[QMAX];
     uint32_t nans;
@@ -104,10 +104,20 @@ static void on_fatal(void *c, const char *why)
 
 /* keys_total: the server's --max-keys, shared among the shards and sized
  * for in the driver as the server does. */
-static void node_init_keys(struct node *n, uint64_t log_entries_max, uint64_t keys_total)
+/* A forced new domain's entry 1: serve_after_us, and the driver's
+ * --max-clock-drift-ms and --new-domain-hold-ms. */
+struct forced {
+    uint64_t serve_after_us, drift_us, hold_us;
+};
+
+static void node_init_forced(struct node *n,
+                             uint64_t log_entries_max,
+                             uint64_t keys_total,
+                             const struct forced *f)
 {
     memset(n, 0, sizeof(*n));
     n->now = T0;
+    n->wall = WALL;
     for (uint32_t i = 0; i < NSHARDS; i++)
         n->to_shard[i].m = calloc(QMAX, sizeof(struct qmsg));
     n->to_driver.m = calloc(QMAX, sizeof(struct qmsg));
@@ -119,6 +129,10 @@ static void node_init_keys(struct node *n, uint64_t log_entries_max, uint64_t ke
     o.raft.snapshot_entries = TK_MAX(log_entries_max / 4, 2);
     o.raft.snapshot_trailing = 1;
     strcpy(o.advertise, "127.0.0.1:7000");
+    if (f) {
+        o.drift_us = f->drift_us;
+        o.hold_us = f->hold_us;
+    }
     n->cx[NSHARDS] = (struct ctx){n, TK_MSG_TO_DRIVER};
     struct tk_msg_out dout = {.ctx = &n->cx[NSHARDS], .put = put};
     struct tk_driver_io io = {.ctx = n, .send = on_send, .fatal = on_fatal};
@@ -137,12 +151,18 @@ static void node_init_keys(struct node *n, uint64_t log_entries_max, uint64_t ke
         n->sh[i] = tk_shard_create(&so, &out, &cl);
         cr_assert_not_null(n->sh[i]);
     }
-    tk_driver_clock(n->d, n->now, WALL);
-    struct tk_raft_config c = {.domain_lo = 1, .domain_hi = 2, .n = 1};
+    tk_driver_clock(n->d, n->now, n->wall);
+    struct tk_raft_config c = {
+        .domain_lo = 1, .domain_hi = 2, .n = 1, .serve_after_us = f ? f->serve_after_us : 0};
     c.m[0] = (struct tk_raft_member){.id = 7, .role = TK_RAFT_VOTER};
     strcpy(c.m[0].peer_addr, "127.0.0.1:7100");
     strcpy(c.m[0].client_addr, "127.0.0.1:7000");
     cr_assert_eq(tk_driver_bootstrap(n->d, &c, 0), TK_OK);
+}
+
+static void node_init_keys(struct node *n, uint64_t log_entries_max, uint64_t keys_total)
+{
+    node_init_forced(n, log_entries_max, keys_total, NULL);
 }
 
 static void node_init(struct node *n, uint64_t log_entries_max)
@@ -180,7 +200,7 @@ static uint32_t node_round(struct node *n)
         tk_shard_tick(n->sh[i], n->now);
         tk_shard_flush(n->sh[i]);
     }
-    tk_driver_clock(n->d, n->now, WALL);
+    tk_driver_clock(n->d, n->now, n->wall);
     tk_driver_tick(n->d);
     struct queue *q = &n->to_driver;
     while (q->len > 0) {
@@ -440,6 +460,49 @@ Test(node, install_takes_the_snapshot_age_off_each_lease)
     }
     cr_assert(seen, "no install reached the key's shard");
     node_free(&f);
+    node_free(&n);
+}
+
+/* Runs rounds for ms milliseconds of both clocks, 10 ms a round. */
+static void node_run_ms(struct node *n, uint64_t ms)
+{
+    for (uint64_t i = 0; i < ms / 10; i++) {
+        n->now += 10000;
+        n->wall += 10000;
+        node_round(n);
+    }
+}
+
+/* Issue 22, defect 1: the hold of a forced new domain ends at serve_after
+ * plus the drift bound on this node's wall clock, not at serve_after: a
+ * node whose clock is ahead of the bootstrapper's by less than the bound
+ * does not serve early. */
+Test(node, a_forced_domain_waits_out_the_drift_bound)
+{
+    struct node n;
+    struct forced f = {.serve_after_us = WALL + 1000000, .drift_us = 300000};
+    node_init_forced(&n, 1024, 1000, &f);
+    node_run_ms(&n, 1100);
+    cr_assert_not(tk_driver_serving(n.d), "serving 100 ms after serve_after, inside the bound");
+    node_run_ms(&n, 150);
+    cr_assert_not(tk_driver_serving(n.d), "serving 50 ms before the bound is over");
+    node_run_ms(&n, 100);
+    cr_assert(tk_driver_serving(n.d), "serving once serve_after + drift passed");
+    node_free(&n);
+}
+
+/* The voter that wrote entry 1 also counts the hold on its own monotonic
+ * clock: its wall clock stepping far ahead does not end the hold. */
+Test(node, a_forced_domain_counts_its_hold_on_the_monotonic_clock)
+{
+    struct node n;
+    struct forced f = {.serve_after_us = WALL + 2000000, .drift_us = 50000, .hold_us = 2000000};
+    node_init_forced(&n, 1024, 1000, &f);
+    n.wall += 3600u * 1000000u; /* an hour ahead, right after bootstrap */
+    node_run_ms(&n, 1500);
+    cr_assert_not(tk_driver_serving(n.d), "the wall clock's step ended the hold");
+    node_run_ms(&n, 600);
+    cr_assert(tk_driver_serving(n.d), "serving once the hold passed on the monotonic clock");
     node_free(&n);
 }
 
