@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -77,4 +78,30 @@ uint64_t tk_prng_range(struct tk_prng *p, uint64_t lo, uint64_t hi)
 uint64_t tk_hash(const void *data, size_t len)
 {
     return XXH3_64bits(data, len);
+}
+
+size_t tk_vfmt(char *buf, size_t cap, const char *fmt, va_list ap)
+{
+    TK_ASSERT(cap > 0);
+    int n = vsnprintf(buf, cap, fmt, ap);
+    return n < 0 ? 0 : TK_MIN((size_t)n, cap - 1);
+}
+
+size_t tk_fmt(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t n = tk_vfmt(buf, cap, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+const char *tk_wall_str(uint64_t wall_us, char *buf, size_t cap)
+{
+    time_t sec = (time_t)(wall_us / 1000000u);
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    return buf;
 }

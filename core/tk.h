@@ -7,6 +7,7 @@
 #ifndef TK_CORE_TK_H
 #define TK_CORE_TK_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -87,5 +88,13 @@ uint64_t tk_prng_range(struct tk_prng *p, uint64_t lo, uint64_t hi);
 /* 64-bit hash of a byte string (xxHash XXH3), used to route keys to shards
  * and to index hash tables. */
 uint64_t tk_hash(const void *data, size_t len);
+
+/* snprintf and vsnprintf for the pure cores (which include no stdio):
+ * the length written, less than cap, always NUL-terminated (cap > 0). */
+size_t tk_fmt(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+size_t tk_vfmt(char *buf, size_t cap, const char *fmt, va_list ap);
+/* A wall-clock time (us since the Unix epoch) as "YYYY-MM-DDTHH:MM:SSZ"
+ * in buf; returns buf. */
+const char *tk_wall_str(uint64_t wall_us, char *buf, size_t cap);
 
 #endif

@@ -43,16 +43,6 @@ void tk_accept_done(struct tk_accept *a, int res, bool more, uint64_t now_us, co
     }
 }
 
-const char *tk_wall_str(uint64_t wall_us, char *buf, size_t cap)
-{
-    time_t sec = (time_t)(wall_us / 1000000u);
-    struct tm tm;
-    gmtime_r(&sec, &tm);
-    snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-    return buf;
-}
-
 /* The length of the UTF-8 sequence at p (n bytes left): 1 to 4, or 0 if
  * it is not well-formed (RFC 3629: no overlong forms, no surrogates,
  * nothing above U+10FFFF, no sequence cut short). */

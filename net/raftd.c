@@ -53,11 +53,6 @@ static void *raftd_put(void *ctx, uint32_t dst, uint32_t kind, uint32_t len)
     return tk_outbox_put(&r->to_worker[dst], kind, len);
 }
 
-static void raftd_io_send(void *ctx, const struct tk_raft_msg *m)
-{
-    raftd_send_msg(ctx, m, NULL);
-}
-
 static void raftd_io_fatal(void *ctx, const char *why)
 {
     struct tk_raftd *r = ctx;
@@ -65,7 +60,7 @@ static void raftd_io_fatal(void *ctx, const char *why)
            "cannot load what leader %016llx committed: %s; the Raft log already moved past it, so "
            "this node cannot follow: exiting with status 3 (a restart joins again under a new "
            "NodeId)",
-           (unsigned long long)tk_raft_leader(r->core), why);
+           (unsigned long long)tk_driver_leader_id(r->d), why);
     _exit(3);
 }
 
@@ -117,24 +112,37 @@ uint64_t raftd_random_u64(void)
     return v;
 }
 
-/* Performs an update of the core through the driver. */
-void raftd_process(struct tk_raftd *r, int rc, struct tk_raft_update *up)
+_Static_assert((int)TK_DRIVER_LOG_ERROR == (int)TK_LOG_ERROR &&
+                   (int)TK_DRIVER_LOG_WARN == (int)TK_LOG_WARN &&
+                   (int)TK_DRIVER_LOG_INFO == (int)TK_LOG_INFO,
+               "driver log levels are the server's");
+
+static void raftd_io_log(void *ctx, int level, const char *line)
 {
-    tk_driver_process(r->d, rc, up);
-    /* The domain is published the moment the configuration brings it, not
-     * at the next status round: a leader must never greet clients (OK
-     * line) or peers with domain 0 while it already grants. The workers
-     * learn that they lead through their rings, after this store. */
-    const struct tk_raft_config *c = tk_raft_config(r->core);
+    (void)ctx;
+    tk_log(level, "%s", line);
+}
+
+void raftd_after_driver(struct tk_raftd *r)
+{
+    const struct tk_raft_config *c = tk_driver_config(r->d);
     if (c && (atomic_load_explicit(&r->s->domain_lo, memory_order_relaxed) != c->domain_lo ||
               atomic_load_explicit(&r->s->domain_hi, memory_order_relaxed) != c->domain_hi)) {
+        /* The workers learn that they lead through their rings, after
+         * this store; /status shows the domain with the membership it
+         * brings, not a fresh node's note of a moment ago. */
         atomic_store(&r->s->domain_lo, c->domain_lo);
         atomic_store(&r->s->domain_hi, c->domain_hi);
-        /* /status shows the domain with the membership it brings, not a
-         * fresh node's note of a moment ago. */
-        if (r->peers && !r->removed)
-            r->membership = tk_raft_config_is_voter(c, r->s->node_id) ? RAFTD_VOTER : RAFTD_LEARNER;
         raftd_publish(r);
+    }
+    if (r->peers && !r->removed) {
+        struct tk_driver_members dm;
+        tk_driver_members(r->d, &dm);
+        if (dm.state == TK_DRIVER_REMOVED) {
+            r->removed = true;
+            raftd_publish(r);
+            atomic_store(&r->s->removed, 1);
+        }
     }
 }
 
@@ -178,7 +186,7 @@ static unsigned drain_workers(struct tk_raftd *r)
 static void flush_all(struct tk_raftd *r)
 {
     /* Inline, the worker is this thread: it applies right after anyway. */
-    bool lazy = r->peers && !r->s->raft_inline && tk_raft_role(r->core) == TK_RAFT_FOLLOWER;
+    bool lazy = r->peers && !r->s->raft_inline && tk_driver_role(r->d) == TK_RAFT_FOLLOWER;
     bool due = r->apply_wake_at && r->now >= r->apply_wake_at;
     bool pending = false;
     for (uint32_t i = 0; i < r->s->nworkers; i++) {
@@ -210,6 +218,7 @@ static void bootstrap_standalone(struct tk_raftd *r)
     tk_log(TK_LOG_INFO, "standalone fencing domain %016llx%016llx", (unsigned long long)c.domain_hi,
            (unsigned long long)c.domain_lo);
     TK_ASSERT(tk_driver_bootstrap(r->d, &c, 0) == TK_OK); /* the wall clock was checked */
+    raftd_after_driver(r);
 }
 
 /* Standalone: no peer sockets, so a plain wait on the wake eventfd. */
@@ -246,7 +255,7 @@ static uint64_t raftd_wait_us(struct tk_raftd *r, bool after_work)
     if (r->apply_wake_at)
         deadline = TK_MIN(deadline, r->apply_wake_at);
     if (r->peers)
-        deadline = TK_MIN(deadline, r->probe_at);
+        deadline = TK_MIN(deadline, r->prune_at);
     return block && deadline > r->now ? deadline - r->now : 0;
 }
 
@@ -276,10 +285,12 @@ static bool raftd_round(struct tk_raftd *r, unsigned n)
     struct tk_server *s = r->s;
     tk_driver_tick(r->d);
     n += drain_workers(r);
+    raftd_after_driver(r);
     r->did_work = n != 0;
-    raftd_probe_peers(r);
-    raftd_note_gone(r);
-    raftd_members_step(r);
+    if (r->peers && r->now >= r->prune_at) {
+        r->prune_at = r->now + PRUNE_PERIOD_US;
+        tk_peers_prune(r->peers, raftd_dial_ok, r); /* members that left */
+    }
     if (r->now - r->pub_at >= STATUS_PERIOD_US)
         raftd_publish(r);
     flush_all(r);
@@ -288,13 +299,13 @@ static bool raftd_round(struct tk_raftd *r, unsigned n)
          * so a rolling restart causes no election gap (SPEC 8). */
         if (!r->drain_deadline) {
             r->drain_deadline = r->now + DRAIN_TRANSFER_US;
-            if (r->peers && tk_raft_role(r->core) == TK_RAFT_LEADER) {
+            if (r->peers && tk_driver_role(r->d) == TK_RAFT_LEADER) {
                 int rc = tk_driver_transfer(r->d);
                 tk_log(TK_LOG_INFO, "shutting down: transferring leadership (%s)", tk_strerror(rc));
                 flush_all(r);
             }
         }
-        bool leading = r->peers && tk_raft_role(r->core) == TK_RAFT_LEADER;
+        bool leading = r->peers && tk_driver_role(r->d) == TK_RAFT_LEADER;
         if (!leading || r->now >= r->drain_deadline)
             return false;
     }
@@ -425,18 +436,29 @@ int tk_raftd_create(struct tk_server *s)
     dopt.drift_us = (uint64_t)s->opt.max_clock_drift_ms * 1000u;
     dopt.hold_us = (uint64_t)s->opt.new_domain_hold_ms * 1000u;
     struct tk_msg_out out = {.ctx = r, .put = raftd_put};
+    if (s->opt.peers[0]) {
+        struct tk_driver_cluster *cl = &dopt.cluster;
+        cl->npeers = r->npeers;
+        cl->self = r->self;
+        for (uint32_t i = 0; i < r->npeers; i++)
+            snprintf(cl->peer_addr[i], sizeof(cl->peer_addr[i]), "%s", r->peer_addr[i]);
+        cl->peers_hash = r->peers_hash;
+        cl->force_new_domain = s->opt.force_new_domain;
+        cl->seed = raftd_random_u64();
+    }
     struct tk_driver_io io = {.ctx = r,
                               .send = raftd_io_send,
+                              .reply = raftd_io_reply,
+                              .close_link = raftd_io_close_link,
+                              .link_id = raftd_io_link_id,
+                              .log = raftd_io_log,
                               .event = raftd_io_event,
                               .sample = raftd_hist_add,
                               .fatal = raftd_io_fatal};
     r->d = tk_driver_create(&dopt, &out, &io);
     if (!r->d)
         return TK_ENOMEM;
-    r->core = tk_driver_core(r->d);
-    r->join_reply = 0xff;
     if (s->opt.peers[0]) {
-        r->membership = RAFTD_BOOTSTRAPPING;
         struct tk_peer_cb cb = {
             .frame = raftd_on_frame, .woke = raftd_woke, .peer_cert = raftd_peer_cert, .ctx = r};
         rc = tk_peers_create(s, r->peer_addr[r->self], &cb, r->wake.fd, &r->peers);

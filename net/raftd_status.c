@@ -32,7 +32,7 @@ static void member_metrics(struct tk_raftd *r,
                            size_t cap,
                            size_t *off)
 {
-    const struct tk_raft_config *cfg = tk_raft_config(r->core);
+    const struct tk_raft_config *cfg = tk_driver_config(r->d);
     bool leading = st->role == TK_RAFT_LEADER;
     if (cfg != NULL && r->peers != NULL) {
         tk_put(buf, cap, off,
@@ -76,11 +76,13 @@ static void member_metrics(struct tk_raftd *r,
 void raftd_publish(struct tk_raftd *r)
 {
     struct tk_raft_status st;
-    tk_raft_status(r->core, &st);
-    const struct tk_raft_metrics *m = tk_raft_metrics(r->core);
+    tk_driver_raft_status(r->d, &st);
+    const struct tk_raft_metrics *m = tk_driver_raft_metrics(r->d);
+    struct tk_driver_members dm;
+    tk_driver_members(r->d, &dm);
     struct tk_driver_stats ds;
     tk_driver_stats(r->d, &ds);
-    const struct tk_raft_config *cfg = tk_raft_config(r->core);
+    const struct tk_raft_config *cfg = tk_driver_config(r->d);
     if (cfg) {
         atomic_store(&r->s->domain_lo, cfg->domain_lo);
         atomic_store(&r->s->domain_hi, cfg->domain_hi);
@@ -99,7 +101,8 @@ void raftd_publish(struct tk_raftd *r)
     char *buf = malloc(sizeof(r->status_json));
     TK_ASSERT(buf != NULL);
     size_t cap = sizeof(r->status_json), off = 0;
-    const struct tk_raft_member *lm = st.leader_id ? raftd_member(r, st.leader_id) : NULL;
+    const struct tk_raft_member *lm =
+        st.leader_id && cfg ? tk_raft_config_find(cfg, st.leader_id) : NULL;
     off += (size_t)snprintf(
         buf + off, cap - off,
         "\"role\":\"%s\",\"mode\":\"%s\",\"term\":%llu,\"leader\":\"%016llx\","
@@ -111,7 +114,7 @@ void raftd_publish(struct tk_raftd *r)
         tk_driver_serving(r->d) ? "true" : "false", (unsigned long long)st.commit,
         (unsigned long long)st.applied, (unsigned long long)st.last_index,
         (unsigned long long)st.snapshot_index, (unsigned long long)st.log_entries,
-        (unsigned long long)st.token_next, raftd_membership_name(r->membership), r->note,
+        (unsigned long long)st.token_next, tk_driver_membership_name(dm.state), dm.note,
         ready ? "true" : "false");
     bool leading = st.role == TK_RAFT_LEADER;
     for (uint32_t i = 0; cfg && i < st.n_members && off < cap; i++) {
@@ -147,10 +150,9 @@ void raftd_publish(struct tk_raftd *r)
         {"raft_voters", "gauge", "Voters in the configuration", n_voters},
         {"raft_learners", "gauge", "Learners in the configuration (joining members)", n_learners},
         {"raft_ready", "gauge", "1 while /readyz answers 200", ready},
-        {"raft_joins_total", "counter", "Fresh NodeIds this node added as learners",
-         atomic_load(&r->m_joins)},
+        {"raft_joins_total", "counter", "Fresh NodeIds this node added as learners", dm.joins},
         {"raft_membership_changes_total", "counter",
-         "Membership changes this node proposed as leader", atomic_load(&r->m_changes)},
+         "Membership changes this node proposed as leader", dm.changes},
         {"raft_is_leader", "gauge", "1 while this node is the Raft leader",
          st.role == TK_RAFT_LEADER},
         {"raft_serving", "gauge", "1 while this node serves clients as leader",
@@ -224,7 +226,7 @@ void raftd_publish(struct tk_raftd *r)
         {"peer_dials_refused_total", "counter",
          "Peer messages not sent because their address is neither in --peers nor the "
          "configuration",
-         r->dials_refused + ps.dials_refused},
+         dm.dials_refused + ps.dials_refused},
         {"peer_certs_refused_total", "counter",
          "Peer TLS links closed because the certificate named no member (a client's "
          "certificate of the shared CA)",

@@ -173,8 +173,6 @@ void tk_admin_join(struct tk_server *s);
 /* Monotonic and wall clocks in microseconds (net/log.c). */
 uint64_t tk_now_us(void);
 uint64_t tk_wall_us(void);
-/* A wall-clock time as "YYYY-MM-DDTHH:MM:SSZ" in buf; returns buf. */
-const char *tk_wall_str(uint64_t wall_us, char *buf, size_t cap);
 
 /* How a listening port is held. The workers share the client port through
  * SO_REUSEPORT; the first of them checks that no other socket holds it,

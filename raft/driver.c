@@ -4,71 +4,9 @@
 #include <string.h>
 
 #include "core/snap.h"
-#include "raft/driver.h"
+#include "raft/driver_internal.h"
 
-#define BATCH_BYTES_MAX (4 + TK_DRIVER_BATCH_CMDS_MAX * TK_CMD_ENCODED_MAX)
-#define PENDING_MAX 8192
-
-_Static_assert(BATCH_BYTES_MAX <= TK_RAFT_ENTRY_BYTES_MAX, "a full batch must fit one entry");
-
-/* One DATA entry being built or waiting for room in the log. */
-struct batch {
-    struct batch *next;
-    uint8_t *buf; /* u32 count | commands */
-    size_t len;
-    uint32_t cmds, tokens;
-    uint64_t oldest_us;
-};
-
-struct read_group {
-    uint64_t id;
-    uint64_t round[TK_DRIVER_SHARDS_MAX];
-};
-
-struct pending_entry { /* commit latency of entries this leader proposed */
-    uint64_t index;
-    uint64_t proposed_us;
-};
-
-struct tk_driver {
-    struct tk_driver_options o;
-    struct tk_msg_out out;
-    struct tk_driver_io io;
-    struct tk_raft *core;
-    uint64_t now, wall;
-
-    uint64_t applied;
-    bool leader_ready;
-    bool refused;        /* a batch was refused while leading: wait for the transfer */
-    bool held_noted;     /* TK_DRIVER_EV_HELD reported */
-    uint64_t hold_until; /* monotonic: this voter wrote a forced domain's entry 1 */
-    uint64_t epoch;
-    uint64_t role_leader_id; /* leader announced to the shards */
-    char leader_client[TK_MSG_ADDR_MAX];
-
-    /* Batches: head proposed first; tail is being filled. */
-    struct batch *head, *tail;
-    uint64_t waiting_cmds, waiting_tokens, nbatches;
-    struct batch *spare; /* one freed batch kept for reuse */
-
-    uint64_t want_round[TK_DRIVER_SHARDS_MAX];
-    struct read_group groups[TK_DRIVER_READ_GROUPS_MAX];
-    uint32_t groups_head, groups_len;
-    uint64_t next_read_id;
-
-    bool snap_busy;
-    bool snap_again; /* the core asked while a cut was merging */
-    uint64_t snap_index;
-    uint32_t snap_parts;
-    struct tk_msg_snap_part parts[TK_DRIVER_SHARDS_MAX];
-
-    struct pending_entry pending[PENDING_MAX];
-    uint32_t pend_head, pend_len;
-
-    uint64_t m_commands, m_entries, m_snapshot_bytes, m_refused;
-};
-
-static void event(struct tk_driver *d, int ev, uint64_t a, uint64_t b)
+void driver_event(struct tk_driver *d, int ev, uint64_t a, uint64_t b)
 {
     if (d->io.event)
         d->io.event(d->io.ctx, ev, a, b);
@@ -204,7 +142,7 @@ static void install_snapshot(struct tk_driver *d, const struct tk_raft_update_in
     }
     free(cap);
     free(in);
-    event(d, TK_DRIVER_EV_INSTALLED, count, len);
+    driver_event(d, TK_DRIVER_EV_INSTALLED, count, len);
     if (d->io.installed)
         d->io.installed(d->io.ctx, index, data, len);
 }
@@ -220,7 +158,7 @@ static void follow(struct tk_driver *d, const struct tk_raft_update *up)
 {
     if (d->leader_ready) {
         d->leader_ready = false;
-        event(d, TK_DRIVER_EV_STEPPED_DOWN, up->term, 0);
+        driver_event(d, TK_DRIVER_EV_STEPPED_DOWN, up->term, 0);
     }
     drop_batches(d);
     const struct tk_raft_config *c = tk_raft_config(d->core);
@@ -254,7 +192,8 @@ static void maybe_lead(struct tk_driver *d, const struct tk_raft_update *up)
     uint64_t serve_at = c && c->serve_after_us ? c->serve_after_us + d->o.drift_us : 0;
     if (serve_at > d->wall || d->now < d->hold_until) {
         if (!d->held_noted)
-            event(d, TK_DRIVER_EV_HELD, serve_at, d->hold_until - TK_MIN(d->hold_until, d->now));
+            driver_event(d, TK_DRIVER_EV_HELD, serve_at,
+                         d->hold_until - TK_MIN(d->hold_until, d->now));
         d->held_noted = true;
         return;
     }
@@ -271,7 +210,7 @@ static void maybe_lead(struct tk_driver *d, const struct tk_raft_update *up)
     d->leader_client[n] = 0;
     d->role_leader_id = tk_raft_id(d->core);
     send_role(d, true);
-    event(d, TK_DRIVER_EV_LEADING, up->term, st.term_start_index);
+    driver_event(d, TK_DRIVER_EV_LEADING, up->term, st.term_start_index);
 }
 
 static void resolve_reads(struct tk_driver *d, const struct tk_raft_read *reads, uint32_t n)
@@ -333,7 +272,7 @@ void tk_driver_process(struct tk_driver *d, int rc, struct tk_raft_update *up)
             d->applied = up->install.index;
         }
         for (uint32_t i = 0; i < up->n_msgs; i++)
-            d->io.send(d->io.ctx, &up->msgs[i]);
+            members_send_msg(d, &up->msgs[i], NULL);
         if (up->flags & TK_RAFT_UPDATE_READS)
             resolve_reads(d, up->reads, up->n_reads);
         uint64_t commit = up->commit;
@@ -362,16 +301,17 @@ void tk_driver_tick(struct tk_driver *d)
 {
     /* A leader ticks every heartbeat: a forced domain's hold ending or a
      * transfer giving up is seen through the update (maybe_lead). */
-    if (tk_raft_deadline(d->core) > d->now)
-        return;
-    struct tk_raft_update up;
-    int rc = tk_raft_tick(d->core, d->now, &up);
-    tk_driver_process(d, rc, &up);
+    if (tk_raft_deadline(d->core) <= d->now) {
+        struct tk_raft_update up;
+        int rc = tk_raft_tick(d->core, d->now, &up);
+        tk_driver_process(d, rc, &up);
+    }
+    members_tick(d);
 }
 
 uint64_t tk_driver_deadline(const struct tk_driver *d)
 {
-    return tk_raft_deadline(d->core);
+    return TK_MIN(tk_raft_deadline(d->core), members_deadline(d));
 }
 
 /* ------------------------------------------------------------------ */
@@ -471,7 +411,7 @@ static void propose_batches(struct tk_driver *d)
                 d->leader_ready = false;
                 d->refused = true;
                 d->m_refused++;
-                event(d, TK_DRIVER_EV_BATCH_REFUSED, cmds, (uint64_t)rc);
+                driver_event(d, TK_DRIVER_EV_BATCH_REFUSED, cmds, (uint64_t)rc);
                 send_role(d, false);
             }
             tk_driver_process(d, rc, &up);
@@ -540,7 +480,7 @@ static void snapshot_merge(struct tk_driver *d)
     struct tk_raft_update up;
     int rc = tk_raft_snapshot(d->core, d->snap_index, blob, bytes, d->now, &up);
     if (rc != TK_OK)
-        event(d, TK_DRIVER_EV_SNAPSHOT_REFUSED, d->snap_index, (uint64_t)rc);
+        driver_event(d, TK_DRIVER_EV_SNAPSHOT_REFUSED, d->snap_index, (uint64_t)rc);
     tk_driver_process(d, rc, &up);
     /* The core asks once per applied index: a request that came during
      * this cut is made now. Dropping it could stall a node for good: a
@@ -633,18 +573,23 @@ int tk_driver_bootstrap(struct tk_driver *d, const struct tk_raft_config *c, uin
 {
     uint64_t first = first_token ? first_token : d->wall;
     if (d->wall < TK_DRIVER_TOKEN_EPOCH_US || first < TK_DRIVER_TOKEN_EPOCH_US) {
-        event(d, TK_DRIVER_EV_BOOTSTRAP_FAILED, TK_EINVAL, 0);
+        driver_event(d, TK_DRIVER_EV_BOOTSTRAP_FAILED, TK_EINVAL, 0);
         return TK_EINVAL;
     }
     struct tk_raft_update up;
     int rc = tk_raft_bootstrap(d->core, c, first, d->now, &up);
     if (rc != TK_OK) {
-        event(d, TK_DRIVER_EV_BOOTSTRAP_FAILED, (uint64_t)rc, 0);
+        driver_event(d, TK_DRIVER_EV_BOOTSTRAP_FAILED, (uint64_t)rc, 0);
         return rc;
     }
-    event(d, TK_DRIVER_EV_BOOTSTRAP, first, c->n);
-    if (c->serve_after_us)
-        d->hold_until = d->now + d->o.hold_us;
+    driver_event(d, TK_DRIVER_EV_BOOTSTRAP, first, c->n);
+    if (c->serve_after_us) {
+        /* What is left of the hold by this clock, now, counted on the
+         * monotonic clock from here: a later step of the wall clock does
+         * not shorten it. */
+        uint64_t end = c->serve_after_us + d->o.drift_us;
+        d->hold_until = d->now + (end > d->wall ? end - d->wall : 0);
+    }
     tk_driver_process(d, rc, &up);
     return rc;
 }
@@ -675,6 +620,7 @@ struct tk_driver *tk_driver_create(const struct tk_driver_options *o,
         free(d);
         return NULL;
     }
+    members_init(d);
     return d;
 }
 
@@ -696,6 +642,31 @@ void tk_driver_destroy(struct tk_driver *d)
 struct tk_raft *tk_driver_core(struct tk_driver *d)
 {
     return d->core;
+}
+
+const struct tk_raft_config *tk_driver_config(const struct tk_driver *d)
+{
+    return tk_raft_config(d->core);
+}
+
+void tk_driver_raft_status(const struct tk_driver *d, struct tk_raft_status *st)
+{
+    tk_raft_status(d->core, st);
+}
+
+const struct tk_raft_metrics *tk_driver_raft_metrics(const struct tk_driver *d)
+{
+    return tk_raft_metrics(d->core);
+}
+
+int tk_driver_role(const struct tk_driver *d)
+{
+    return (int)tk_raft_role(d->core);
+}
+
+uint64_t tk_driver_leader_id(const struct tk_driver *d)
+{
+    return tk_raft_leader(d->core);
 }
 
 void tk_driver_clock(struct tk_driver *d, uint64_t now_us, uint64_t wall_us)

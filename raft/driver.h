@@ -33,6 +33,7 @@
 
 #include "core/msg.h"
 #include "raft/raft.h"
+#include "raft/wire.h"
 
 #define TK_DRIVER_BATCH_CMDS_MAX 4096
 #define TK_DRIVER_READ_GROUPS_MAX 1024
@@ -63,10 +64,29 @@ enum tk_driver_event {
 /* Samples for histograms. */
 enum { TK_DRIVER_SAMPLE_BATCH, TK_DRIVER_SAMPLE_LATENCY };
 
+/* Log levels of tk_driver_io.log (net/log.h uses the same numbers). */
+enum { TK_DRIVER_LOG_ERROR, TK_DRIVER_LOG_WARN, TK_DRIVER_LOG_INFO };
+
 struct tk_driver_io {
     void *ctx;
-    /* A message to a peer (m->to names it). */
-    void (*send)(void *ctx, const struct tk_raft_msg *m);
+    /* A frame to the peer at addr, over this node's link to that address
+     * (dialled if need be), sent only if the process there proved to be
+     * f->msg.to when that is set. The driver chose addr: --peers or a
+     * member's (tk_driver_dial_ok), never an address a frame named; NULL
+     * only without --peers (cluster.npeers 0), where the transport routes
+     * by NodeId (the simulation's). */
+    void (*send)(void *ctx, const struct tk_wire_frame *f, const char *addr);
+    /* Clusters: an answer on the link a frame came in on (the `link` of
+     * tk_driver_peer_frame, during that call). A JoinReply is to be signed
+     * for that link's handshake (tk_wire_join_reply_text). */
+    void (*reply)(void *ctx, uint64_t link, struct tk_wire_frame *f);
+    /* Clusters: closes that link (a frame of another fencing domain). */
+    void (*close_link)(void *ctx, uint64_t link);
+    /* Clusters: the NodeId the process on this node's link to addr proved
+     * in its handshake, 0 if there is no such link. */
+    uint64_t (*link_id)(void *ctx, const char *addr);
+    /* Optional: a log line of the membership protocol. */
+    void (*log)(void *ctx, int level, const char *line);
     void (*event)(void *ctx, int event, uint64_t a, uint64_t b);
     /* One sample: commands of a proposed entry, or commit latency (us). */
     void (*sample)(void *ctx, int which, uint64_t v);
@@ -79,17 +99,32 @@ struct tk_driver_io {
     void (*installed)(void *ctx, uint64_t index, const uint8_t *blob, size_t len);
 };
 
+#define TK_DRIVER_PEERS_MAX 5
+
+/* A cluster node's --peers and the flags of its membership protocol
+ * (SPEC 10); npeers 0 is a standalone node. */
+struct tk_driver_cluster {
+    uint32_t npeers, self; /* self: this node's entry */
+    char peer_addr[TK_DRIVER_PEERS_MAX][TK_RAFT_ADDR_MAX + 1];
+    uint64_t peers_hash; /* of the sorted list: peers agree when equal */
+    bool force_new_domain;
+    uint64_t seed; /* domain ids and the agreement's ballots */
+};
+
 struct tk_driver_options {
     uint32_t nshards;
     struct tk_raft_options raft;
     uint64_t proposals_max;          /* proposals that may wait while the log is full */
     char advertise[TK_MSG_ADDR_MAX]; /* this node's client address */
     /* A forced new domain (serve_after_us set) is served only once this
-     * node's wall clock passed serve_after_us + drift_us (the most two
-     * members' clocks differ, --max-clock-drift-ms), and, on a voter that
-     * wrote its entry 1, once hold_us (--new-domain-hold-ms) passed on its
-     * monotonic clock since: no one wall clock decides alone. */
+     * node's wall clock passed serve_after_us + drift_us (drift_us: the
+     * most two members' clocks differ, --max-clock-drift-ms), and, on a
+     * voter that wrote its entry 1, once what was left of that then has
+     * passed on its monotonic clock too: a wall clock stepped ahead later
+     * does not end the hold. hold_us (--new-domain-hold-ms) is the hold
+     * this node proposes when it forces a new domain. */
     uint64_t drift_us, hold_us;
+    struct tk_driver_cluster cluster;
 };
 
 struct tk_driver_stats {
@@ -104,15 +139,53 @@ struct tk_driver_stats {
 
 struct tk_driver;
 
+/* Where a cluster node stands in its membership (SPEC 10). */
+enum tk_driver_membership {
+    TK_DRIVER_STANDALONE,
+    TK_DRIVER_BOOTSTRAPPING, /* fresh; waiting for --peers to agree on a new domain */
+    TK_DRIVER_JOINING,       /* fresh; asked a live domain's leader to add it */
+    TK_DRIVER_WAITING,       /* fresh; a peer has a domain but knows no leader */
+    TK_DRIVER_LEARNER,
+    TK_DRIVER_VOTER,
+    TK_DRIVER_REMOVED, /* no longer in the configuration: the node must exit (status 3) */
+};
+const char *tk_driver_membership_name(uint8_t m);
+
+struct tk_driver_members {
+    uint8_t state;          /* enum tk_driver_membership */
+    char note[256];         /* why it stands there, for /status (no '"' or '\\') */
+    uint64_t joins;         /* fresh NodeIds this node added as learners */
+    uint64_t changes;       /* membership changes this node proposed as leader */
+    uint64_t dials_refused; /* sends to an address neither --peers nor a member has */
+};
+
 struct tk_driver *tk_driver_create(const struct tk_driver_options *o,
                                    const struct tk_msg_out *out,
                                    const struct tk_driver_io *io);
 void tk_driver_destroy(struct tk_driver *d);
 
-/* The core, for the callers that step it directly (peer messages,
- * membership changes, probes); each such step's update must then go
- * through tk_driver_process(). */
+/* The core, for the simulation's checks (read only); the driver alone
+ * steps it. */
 struct tk_raft *tk_driver_core(struct tk_driver *d);
+
+/* A frame from a peer, on the link `link` (an opaque handle the replies
+ * and close_link of tk_driver_io name), read at the time of the last
+ * tk_driver_clock. Raft messages go to the core; probes, joins, removals
+ * and the new-domain agreement are the membership protocol's (SPEC 10):
+ * all of it runs here, so the simulation runs it too. */
+void tk_driver_peer_frame(struct tk_driver *d, uint64_t link, const struct tk_wire_frame *f);
+/* Whether this node may dial addr: an entry of --peers or a member's peer
+ * address. Nothing a frame says adds to that. */
+bool tk_driver_dial_ok(const struct tk_driver *d, const char *addr);
+void tk_driver_members(const struct tk_driver *d, struct tk_driver_members *out);
+/* The configuration (NULL before one is known), the core's status and
+ * counters: read only. */
+const struct tk_raft_config *tk_driver_config(const struct tk_driver *d);
+void tk_driver_raft_status(const struct tk_driver *d, struct tk_raft_status *st);
+const struct tk_raft_metrics *tk_driver_raft_metrics(const struct tk_driver *d);
+/* The core's role (TK_RAFT_FOLLOWER, ...) and the leader it knows (0: none). */
+int tk_driver_role(const struct tk_driver *d);
+uint64_t tk_driver_leader_id(const struct tk_driver *d);
 
 /* Sets the clocks for the calls that follow: monotonic now_us (never
  * decreasing) and the wall clock (bootstrap tokens, serve_after). */
@@ -120,7 +193,8 @@ void tk_driver_clock(struct tk_driver *d, uint64_t now_us, uint64_t wall_us);
 
 /* Performs an update of the core, and everything it leads to. */
 void tk_driver_process(struct tk_driver *d, int rc, struct tk_raft_update *up);
-/* Ticks the core if its deadline passed. */
+/* Ticks the core if its deadline passed, and the membership protocol's
+ * timers (probes, joins, the next replacement step). */
 void tk_driver_tick(struct tk_driver *d);
 /* Earliest time the driver needs a tick. */
 uint64_t tk_driver_deadline(const struct tk_driver *d);

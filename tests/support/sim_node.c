@@ -812,10 +812,11 @@ static struct sim_proc *proc_of(struct sim_nodes *S, int slot)
     return P;
 }
 
-static void io_send(void *ctx, const struct tk_raft_msg *m)
+static void io_send(void *ctx, const struct tk_wire_frame *f, const char *addr)
 {
+    (void)addr; /* the cluster delivers by NodeId */
     struct sim_proc *P = ctx;
-    sim_send(P->S->c, P->slot, m);
+    sim_send(P->S->c, P->slot, &f->msg);
 }
 
 static void io_event(void *ctx, int ev, uint64_t a, uint64_t b)

@@ -89,10 +89,11 @@ static void on_role(void *c, bool lead, const char *addr)
     (void)addr;
 }
 
-static void on_send(void *c, const struct tk_raft_msg *m)
+static void on_send(void *c, const struct tk_wire_frame *f, const char *addr)
 {
     (void)c;
-    (void)m;
+    (void)f;
+    (void)addr;
     cr_assert_fail("a standalone node sends nothing");
 }
 
@@ -104,10 +105,10 @@ static void on_fatal(void *c, const char *why)
 
 /* keys_total: the server's --max-keys, shared among the shards and sized
  * for in the driver as the server does. */
-/* A forced new domain's entry 1: serve_after_us, and the driver's
- * --max-clock-drift-ms and --new-domain-hold-ms. */
+/* A forced new domain's entry 1 (serve_after_us) and the driver's
+ * --max-clock-drift-ms. */
 struct forced {
-    uint64_t serve_after_us, drift_us, hold_us;
+    uint64_t serve_after_us, drift_us;
 };
 
 static void node_init_forced(struct node *n,
@@ -129,10 +130,8 @@ static void node_init_forced(struct node *n,
     o.raft.snapshot_entries = TK_MAX(log_entries_max / 4, 2);
     o.raft.snapshot_trailing = 1;
     strcpy(o.advertise, "127.0.0.1:7000");
-    if (f) {
+    if (f)
         o.drift_us = f->drift_us;
-        o.hold_us = f->hold_us;
-    }
     n->cx[NSHARDS] = (struct ctx){n, TK_MSG_TO_DRIVER};
     struct tk_msg_out dout = {.ctx = &n->cx[NSHARDS], .put = put};
     struct tk_driver_io io = {.ctx = n, .send = on_send, .fatal = on_fatal};
@@ -496,12 +495,12 @@ Test(node, a_forced_domain_waits_out_the_drift_bound)
 Test(node, a_forced_domain_counts_its_hold_on_the_monotonic_clock)
 {
     struct node n;
-    struct forced f = {.serve_after_us = WALL + 2000000, .drift_us = 50000, .hold_us = 2000000};
+    struct forced f = {.serve_after_us = WALL + 2000000, .drift_us = 50000};
     node_init_forced(&n, 1024, 1000, &f);
     n.wall += 3600u * 1000000u; /* an hour ahead, right after bootstrap */
     node_run_ms(&n, 1500);
     cr_assert_not(tk_driver_serving(n.d), "the wall clock's step ended the hold");
-    node_run_ms(&n, 600);
+    node_run_ms(&n, 800);
     cr_assert(tk_driver_serving(n.d), "serving once the hold passed on the monotonic clock");
     node_free(&n);
 }

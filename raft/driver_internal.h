@@ -1,0 +1,147 @@
+/* Inside the Raft driver (raft/driver.h): its state, shared by
+ * raft/driver.c (batches, roles, reads, snapshots) and raft/membership.c
+ * (the membership protocol: probes, joins, removals, the new-domain
+ * agreement). Nothing outside raft/ includes it. */
+#ifndef TK_RAFT_DRIVER_INTERNAL_H
+#define TK_RAFT_DRIVER_INTERNAL_H
+
+#include "raft/boot.h"
+#include "raft/driver.h"
+
+#define BATCH_BYTES_MAX (4 + TK_DRIVER_BATCH_CMDS_MAX * TK_CMD_ENCODED_MAX)
+#define PENDING_MAX 8192
+
+_Static_assert(BATCH_BYTES_MAX <= TK_RAFT_ENTRY_BYTES_MAX, "a full batch must fit one entry");
+
+/* One DATA entry being built or waiting for room in the log. */
+struct batch {
+    struct batch *next;
+    uint8_t *buf; /* u32 count | commands */
+    size_t len;
+    uint32_t cmds, tokens;
+    uint64_t oldest_us;
+};
+
+struct read_group {
+    uint64_t id;
+    uint64_t round[TK_DRIVER_SHARDS_MAX];
+};
+
+struct pending_entry { /* commit latency of entries this leader proposed */
+    uint64_t index;
+    uint64_t proposed_us;
+};
+
+#define PROBE_PERIOD_US 250000u
+#define PROBE_FRESH_US 1500000u
+/* After writing a new domain's entry 1, its proposer repeats CHOSEN this
+ * long to voters that may have missed it. */
+#define BOOT_LINGER_US 10000000u
+#define MEMBERS_PERIOD_US 50000u
+#define NOTE_PERIOD_US 20000u
+/* NodeIds this node saw leave its configuration, newest last (a ring): a
+ * Join from one of them is answered removed. */
+#define GONE_MAX 32
+
+struct peer_info { /* what probes told us about a configured peer */
+    uint64_t id;
+    char client_addr[TK_RAFT_ADDR_MAX + 1];
+    uint64_t peers_hash;
+    uint64_t probed_us;  /* its PROBE reached us */
+    uint64_t replied_us; /* its PROBE_REPLY reached us */
+    bool member;         /* it belongs to a domain */
+    bool agreed;         /* it was seen fresh with our --peers: a bootstrap partner */
+    bool forced;         /* its PROBE says --force-new-domain */
+    bool leader_known;   /* its last PROBE_REPLY named a leader */
+    uint64_t token_next; /* its fencing counter, from its last PROBE_REPLY */
+};
+
+/* The membership protocol's state (raft/membership.c). */
+struct members {
+    struct tk_driver_cluster c; /* npeers 0: standalone, nothing here runs */
+    uint64_t self_id;
+    struct tk_prng prng;
+    struct peer_info info[TK_DRIVER_PEERS_MAX];
+    uint64_t probe_at;
+    bool domain_seen; /* a peer reported membership of a domain */
+
+    /* The new-domain agreement among fresh nodes (raft/boot.h). */
+    struct tk_boot boot;
+    bool boot_ready;            /* boot initialised (first probe round) */
+    bool boot_willing;          /* this node's view lets it promise a new domain */
+    uint64_t boot_floor;        /* the highest fencing counter its probes saw */
+    struct tk_boot_offer offer; /* what it proposes, while offering */
+    bool offering;              /* its view says it should write the new domain */
+    uint64_t boot_linger_until; /* after writing entry 1: keep telling the voters */
+
+    /* Joining a live domain as a fresh NodeId (SPEC 10). */
+    uint64_t join_leader_id;                     /* whom to ask; 0: no leader known */
+    char join_leader_addr[TK_RAFT_ADDR_MAX + 1]; /* its peer address */
+    uint64_t join_domain_lo, join_domain_hi;     /* the domain we join (0,0: none seen) */
+    uint64_t gone[GONE_MAX];
+    uint32_t gone_next;
+    uint64_t seen_ids[TK_RAFT_MEMBERS_MAX];
+    uint32_t seen_n;
+    uint64_t leader_heard_us; /* last Append/Snapshot from a leader */
+    uint64_t leader_seen_us;  /* fresh: since when probes name a live leader */
+    uint8_t join_reply;       /* last JoinReply status, 0xff: none */
+    uint8_t state;            /* enum tk_driver_membership */
+    char note[256];           /* why we are where we are (/status) */
+    uint64_t note_us;         /* when the note was last brought up to date */
+    uint64_t members_at;      /* leader: next membership step */
+    uint64_t invalid_log_at;  /* next time an invalid message may be logged */
+    uint64_t refused_log_at;  /* next time a refused dial may be logged */
+    uint64_t dials_refused, joins, changes;
+};
+
+struct tk_driver {
+    struct tk_driver_options o;
+    struct tk_msg_out out;
+    struct tk_driver_io io;
+    struct tk_raft *core;
+    uint64_t now, wall;
+
+    uint64_t applied;
+    bool leader_ready;
+    bool refused;        /* a batch was refused while leading: wait for the transfer */
+    bool held_noted;     /* TK_DRIVER_EV_HELD reported */
+    uint64_t hold_until; /* monotonic: this voter wrote a forced domain's entry 1 */
+    uint64_t epoch;
+    uint64_t role_leader_id; /* leader announced to the shards */
+    char leader_client[TK_MSG_ADDR_MAX];
+
+    /* Batches: head proposed first; tail is being filled. */
+    struct batch *head, *tail;
+    uint64_t waiting_cmds, waiting_tokens, nbatches;
+    struct batch *spare; /* one freed batch kept for reuse */
+
+    uint64_t want_round[TK_DRIVER_SHARDS_MAX];
+    struct read_group groups[TK_DRIVER_READ_GROUPS_MAX];
+    uint32_t groups_head, groups_len;
+    uint64_t next_read_id;
+
+    bool snap_busy;
+    bool snap_again; /* the core asked while a cut was merging */
+    uint64_t snap_index;
+    uint32_t snap_parts;
+    struct tk_msg_snap_part parts[TK_DRIVER_SHARDS_MAX];
+
+    struct pending_entry pending[PENDING_MAX];
+    uint32_t pend_head, pend_len;
+
+    uint64_t m_commands, m_entries, m_snapshot_bytes, m_refused;
+
+    struct members m;
+};
+
+void driver_event(struct tk_driver *d, int ev, uint64_t a, uint64_t b);
+
+/* raft/membership.c */
+void members_init(struct tk_driver *d);
+/* The periodic part: probes, the note, joins, the next replacement step. */
+void members_tick(struct tk_driver *d);
+uint64_t members_deadline(const struct tk_driver *d);
+/* The core's messages go out through this (address by NodeId). */
+void members_send_msg(struct tk_driver *d, const struct tk_raft_msg *m, const char *addr);
+
+#endif
