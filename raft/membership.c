@@ -205,6 +205,8 @@ static void on_probe_reply(struct tk_driver *d, const struct tk_wire_frame *f)
         if (i == m->c.self || d->io.link_id(d->io.ctx, m->c.peer_addr[i]) != msg->from)
             continue;
         struct peer_info *pi = &m->info[i];
+        if (pi->id != msg->from)
+            pi->agreed = false; /* another process at that address */
         pi->id = msg->from;
         pi->replied_us = d->now;
         pi->member = (msg->probe_reply.flags & TK_RAFT_PROBE_MEMBER) != 0;
@@ -574,7 +576,10 @@ static void maybe_bootstrap(struct tk_driver *d)
             .fresh = fresh,
             .partner = fresh && !pi->member && pi->peers_hash == m->c.peers_hash && pi->id &&
                        pi->probed_us && pi->client_addr[0],
-            .member = pi->member && !pi->agreed,
+            /* A partner that wrote entry 1 is not a domain to join while
+             * the round may still include us; once it names a leader, the
+             * domain is live, with or without this node. */
+            .member = pi->member && (!pi->agreed || pi->leader_known),
             .leader_known = pi->leader_known,
             .forced = pi->forced,
             .token_next = pi->token_next,

@@ -363,7 +363,10 @@ static int on_bootstrap(struct tk_raft *r,
                         struct tk_raft_update *up)
 {
     const struct tk_raft_config *c = ev->bootstrap.config;
-    if (r->term != 0 || r->log.n != 0 || r->has_config || r->snap.index != 0)
+    /* A term may have moved already: a fresh node answers the votes of
+     * partners that wrote entry 1 before it did. It keeps that term (and
+     * the vote it gave in it); only the log must be empty. */
+    if (r->log.n != 0 || r->has_config || r->snap.index != 0)
         return TK_EINVAL;
     if (tk_raft_config_check(c) != TK_OK || !tk_raft_config_is_voter(c, r->id))
         return TK_EINVAL;
@@ -383,10 +386,11 @@ static int on_bootstrap(struct tk_raft *r,
         .len = (uint32_t)len, /* <= TK_RAFT_CONFIG_ENCODED_MAX: fits */
         .data = buf,
     };
-    r->term = 1;
+    uint64_t term0 = r->term;
+    r->term = TK_MAX(r->term, 1);
     if (raft_log_append(&r->log, &e) != TK_OK) {
         free(buf);
-        r->term = 0;
+        r->term = term0;
         return TK_ENOMEM;
     }
     raft_config_set(r, c, 1);

@@ -38,7 +38,7 @@
  *    voters.
  *
  * Environment: TK_SEED=n replays one seed (verbose); TK_SIM_SEEDS=n seeds
- * (default 150), TK_SIM_FIRST=n the first one. Exit 0 when every seed
+ * (default 400), TK_SIM_FIRST=n the first one. Exit 0 when every seed
  * passes; a failure prints its seed and aborts.
  */
 #include <signal.h>
@@ -382,7 +382,9 @@ static void sh_reply(void *ctx, const struct tk_msg_reply *r)
     if (tk_client_gen(r->client) != c->gen || c->proc != P->idx)
         return; /* a connection closed since */
     if (c->state == C_ASKING && r->id == c->id) {
-        if (r->type == 'G')
+        if (r->type == 'G' && S->now >= c->lease_end)
+            c->state = C_IDLE; /* late: the client reports the lease as already lost */
+        else if (r->type == 'G')
             check_grant(S, P, c, r->token);
         else
             c->state = C_IDLE;
@@ -565,6 +567,10 @@ static void check_grant(struct sim *S, struct proc *P, struct client *c, uint64_
     if (cfg == NULL)
         FAIL(S, "a grant from a process without a domain");
     uint64_t lo = cfg->domain_lo, hi = cfg->domain_hi;
+    if (S->verbose)
+        fprintf(stderr, "t=%.3f p%d grants key %d token %llu to client %d (lease end %.3f)\n",
+                (double)S->now / 1e6, P->idx, c->key, (unsigned long long)token,
+                (int)(c - S->clients), (double)c->lease_end / 1e6);
     /* One domain grants at a time: a newer one's grants end the older's. */
     uint32_t di = S->ndomains;
     for (uint32_t i = 0; i < S->ndomains; i++)
@@ -961,6 +967,18 @@ static void sim_run(struct sim *S)
         if (healed_at && first_g_after_heal && settled(S) && S->now > healed_at + 2 * SEC)
             return;
     }
+    for (int i = 0; i < S->nprocs; i++) {
+        struct proc *P = &S->procs[i];
+        if (!P->alive)
+            continue;
+        struct tk_driver_members dm;
+        tk_driver_members(P->d, &dm);
+        const struct tk_raft_config *c = tk_driver_config(P->d);
+        fprintf(stderr, "p%d@%d %016llx%s term %llu, domain %016llx, state %u: %s\n", i, P->addr,
+                (unsigned long long)P->id, P->paused ? " paused" : "",
+                (unsigned long long)tk_raft_term(tk_driver_core(P->d)),
+                c ? (unsigned long long)c->domain_lo : 0ull, dm.state, dm.note);
+    }
     FAIL(S, "no convergence after healing at %.3f s (leader %d, grants since %llu, settled %d)",
          (double)healed_at / 1e6, leader_proc(S), (unsigned long long)(S->g - g_at_heal),
          settled(S));
@@ -983,7 +1001,7 @@ int main(void)
     S->scratch.entries = calloc(TK_WIRE_ENTRIES_MAX, sizeof(struct tk_raft_entry));
     const char *one = getenv("TK_SEED");
     uint64_t first = one ? strtoull(one, NULL, 10) : env_u64("TK_SIM_FIRST", 1);
-    uint64_t count = one ? 1 : env_u64("TK_SIM_SEEDS", 150);
+    uint64_t count = one ? 1 : env_u64("TK_SIM_SEEDS", 400);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     uint64_t tot[12] = {0};

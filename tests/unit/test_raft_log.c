@@ -731,6 +731,32 @@ Test(raft_log, bootstrap_only_on_a_fresh_node)
     tk_raft_destroy(r2);
 }
 
+static bool vote_granted(uint64_t from, uint64_t term)
+{
+    struct tk_raft_msg v = {.type = TK_RAFT_MSG_VOTE, .from = from, .to = 1, .term = term};
+    cr_assert_eq(tk_raft_receive(R, &v, NOW, &U), TK_OK);
+    for (uint32_t i = 0; i < U.n_msgs; i++)
+        if (U.msgs[i].type == TK_RAFT_MSG_VOTE_REPLY && U.msgs[i].to == from)
+            return U.msgs[i].vote_reply.granted;
+    cr_assert_fail("no vote reply");
+    return false;
+}
+
+/* A partner that wrote entry 1 first may ask for this node's vote before
+ * this node writes its own: the bootstrap still succeeds, in a later term
+ * than the vote, and the vote stands. */
+Test(raft_log, bootstrap_after_a_vote_keeps_the_term)
+{
+    cr_assert(vote_granted(2, 3));
+    cr_assert(!vote_granted(3, 3), "one vote a term");
+    cr_assert_eq(tk_raft_bootstrap(R, &CFG, 777, NOW, &U), TK_OK);
+    cr_assert_eq(U.index, 1);
+    cr_assert_eq(tk_raft_term(R), 4, "campaigns past the term it voted in");
+    cr_assert_eq(tk_raft_role(R), TK_RAFT_CANDIDATE);
+    cr_assert_eq(tk_raft_entry(R, 1)->term, 1);
+    cr_assert_eq(tk_raft_bootstrap(R, &CFG, 777, NOW, &U), TK_EINVAL, "twice");
+}
+
 Test(raft_log, config_checks)
 {
     struct tk_raft_config c = CFG;
