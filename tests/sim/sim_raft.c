@@ -188,7 +188,6 @@ static void replace_step(struct scenario *s)
             sim_fail(&s->c, "join of slot %d must wait, yet nothing can go", s->replace_new);
         else
             rv = sim_change(&s->c, l, TK_RAFT_ADD_LEARNER, s->replace_new);
-        rv = sim_change(&s->c, l, TK_RAFT_ADD_LEARNER, s->replace_new);
     } else {
         struct tk_raft_status st;
         tk_raft_status(s->c.nodes[l].r, &st);
