@@ -489,6 +489,24 @@ Test(tls_cluster, remove_member_over_tls)
     code = tk_run(client, out, sizeof(out), 30000);
     cr_assert_eq(code, 83, "exit %d with a client's certificate: %s", code, out);
     cr_assert(strstr(out, "no banner") != NULL, "%s", out); /* closed before the banner */
+    const char *wrong_ca[] = {TK_BIN_DIR "/ticketctl",
+                              "remove-member",
+                              id,
+                              addr,
+                              secret,
+                              "--tls-ca",
+                              f("other-ca.pem"),
+                              "--tls-cert",
+                              f("node.pem"),
+                              "--tls-key",
+                              f("node.key"),
+                              "--timeout",
+                              "2s",
+                              NULL};
+    code = tk_run(wrong_ca, out, sizeof(out), 30000);
+    cr_assert_neq(code, 0, "a CA that did not sign the members: exit 0: %s", out);
+    cr_assert(strstr(out, "certificate is not signed by our CA") != NULL,
+              "no sentence saying the members' certificate is not of that CA: %s", out);
     const char *member[] = {TK_BIN_DIR "/ticketctl",
                             "remove-member",
                             id,
