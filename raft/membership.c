@@ -143,6 +143,8 @@ static void on_probe(struct tk_driver *d, const struct tk_raft_msg *msg)
     int i = peer_index(d, msg->probe.peer_addr.p, msg->probe.peer_addr.len);
     if (i >= 0 && (uint32_t)i != m->c.self) {
         struct peer_info *pi = &m->info[i];
+        if (pi->id != msg->from)
+            pi->agreed = false; /* another process at that address */
         pi->id = msg->from;
         copy_str(pi->client_addr, sizeof(pi->client_addr), &msg->probe.client_addr);
         pi->peers_hash = msg->probe.peers_hash;
@@ -687,6 +689,19 @@ static void maybe_join(struct tk_driver *d)
              (unsigned long long)m->join_leader_id, m->join_leader_addr, why);
 }
 
+/* A fresh peer of --peers that runs --force-new-domain probed us lately. */
+static bool forced_peer_probing(const struct tk_driver *d)
+{
+    const struct members *m = M(d);
+    for (uint32_t i = 0; i < m->c.npeers; i++) {
+        const struct peer_info *pi = &m->info[i];
+        if (i != m->c.self && pi->forced && pi->probed_us &&
+            d->now - pi->probed_us < PROBE_FRESH_US)
+            return true;
+    }
+    return false;
+}
+
 /* A member: where it stands. A learner (or a node whose configuration
  * lost it, e.g. its addition was truncated by a new leader) that hears
  * no leader for two election timeouts asks again. */
@@ -717,6 +732,16 @@ static void member_state(struct tk_driver *d, const struct tk_raft_config *c, bo
     if (d->now - m->leader_heard_us < 2u * d->o.raft.election_min_us) {
         set_note(d, TK_DRIVER_LEARNER, TK_DRIVER_LOG_INFO,
                  "learner: catching up before promotion to voter");
+        return;
+    }
+    if (forced_peer_probing(d)) {
+        /* A recovery from a lost majority runs, and this learner (no vote,
+         * nothing the old domain needs) would keep the fresh majority it
+         * needs from forming: it comes back fresh instead. */
+        set_note(d, TK_DRIVER_REMOVED, TK_DRIVER_LOG_ERROR,
+                 "learner of a domain without a leader while a fresh member of --peers runs "
+                 "--force-new-domain: exiting with status 3, to come back fresh under a new "
+                 "NodeId and take part in the new domain");
         return;
     }
     set_note(d, TK_DRIVER_LEARNER, TK_DRIVER_LOG_WARN,

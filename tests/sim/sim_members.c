@@ -16,7 +16,8 @@
  *    another) and monotonic clocks jump forward a little; joins race with
  *    elections because restarts come at any time;
  *  - in half the seeds, a majority loss: a majority of the processes
- *    restart fresh at once with --force-new-domain, while a survivor may
+ *    restart fresh at once with --force-new-domain (in half of those one
+ *    of them without the flag: an operator's slip), while a survivor may
  *    be paused and links between some of the fresh nodes are cut and
  *    flap; once the new domain exists the survivors restart fresh (the
  *    operator's steps of docs/operations.md);
@@ -848,9 +849,12 @@ static void majority_loss(struct sim *S)
     /* The operator's procedure (docs/operations.md): every member that
      * lost its state restarts with --force-new-domain. */
     S->loss_first_proc = S->nprocs;
+    bool one_plain = chance(S, 2);
     for (uint32_t a = 0; a < S->naddrs; a++)
-        if (lost[a])
-            proc_restart(S, (int)a, true);
+        if (lost[a]) {
+            proc_restart(S, (int)a, !one_plain);
+            one_plain = false;
+        }
     for (uint32_t a = 0; a < S->naddrs; a++)
         if (!lost[a] && S->at_addr[a] >= 0 && chance(S, 2))
             S->procs[S->at_addr[a]].paused = true;
@@ -866,11 +870,15 @@ static void majority_loss(struct sim *S)
 static void restart_survivors(struct sim *S)
 {
     /* Once the new domain exists (a process started at the loss holds
-     * it), the operator restarts the members of the old one, fresh. */
+     * it: a forced domain, so it has a hold; a learner of the old one does
+     * not count), the operator restarts the members of the old one, fresh. */
     const struct tk_raft_config *c = NULL;
     for (int p = S->loss_first_proc; p < S->nprocs && c == NULL; p++)
-        if (S->procs[p].alive)
+        if (S->procs[p].alive) {
             c = tk_driver_config(S->procs[p].d);
+            if (c && !c->serve_after_us)
+                c = NULL;
+        }
     if (c == NULL)
         return;
     uint64_t lo = c->domain_lo, hi = c->domain_hi;
