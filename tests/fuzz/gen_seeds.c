@@ -68,6 +68,24 @@ static void text_seeds(void)
     put_str("response", "moved", "M 10.0.0.2:7400\nM [::1]:7410\nM -\n");
     put_str("response", "addr", "node-3.ticketing.svc:7400");
 
+    /* addr: a mode byte (3: one address, 4: a host alone, 14: a list of
+     * at most 5; fuzz_addr.c), then the text. */
+    put_str("addr", "v4",
+            "\x03"
+            "10.0.0.7:7400");
+    put_str("addr", "v6",
+            "\x03"
+            "[::ffff:10.0.0.1]:65535");
+    put_str("addr", "name",
+            "\x03"
+            "node-0.ticketing.svc.cluster.local:7401");
+    put_str("addr", "bind",
+            "\x04"
+            "::");
+    put_str("addr", "peers",
+            "\x0e"
+            "a.example:7401,[fe80::1:2]:7401,10.1.2.3:7401");
+
     put_str("admin_http", "get", "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     put_str("admin_http", "head", "HEAD /metrics?x=1 HTTP/1.0\n\n");
     put_str("admin_http", "post", "POST /status HTTP/1.1\r\n\r\n");
