@@ -28,10 +28,10 @@ bool raftd_dial_ok(void *ctx, const char *addr)
 /* Whether the host part of addr is a name the certificate holds. */
 static bool cert_names_host(const struct tk_tls *tls, const char *addr)
 {
-    char host[TK_ADDR_MAX];
-    uint32_t port;
-    return tk_addr_split(addr, host, sizeof(host), &port) == TK_OK &&
-           tk_tls_peer_has_name(tls, host);
+    struct tk_addr a;
+    const char *why;
+    return tk_addr_parse(addr, strlen(addr), &a, &why) == TK_OK &&
+           tk_tls_peer_has_name(tls, a.host);
 }
 
 bool raftd_peer_cert(void *ctx, const struct tk_tls *tls)
