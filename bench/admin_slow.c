@@ -36,6 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/addr.h"
+
 #define TRIES_MAX 10000
 #define SLOW_MAX 60000
 
@@ -81,21 +83,17 @@ static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
     return true;
 }
 
-/* A flood tool: loopback only, as ticketing-bench. */
+/* A flood tool: loopback only, as ticketing-bench; the forms of core/addr.h. */
 static bool parse_addr(const char *s, struct sockaddr_in *a)
 {
-    char host[64];
-    const char *colon = strrchr(s, ':');
-    uint32_t port = 0;
-    if (colon == NULL || (size_t)(colon - s) >= sizeof(host))
-        return false;
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = 0;
+    struct tk_addr addr;
+    const char *why;
     memset(a, 0, sizeof(*a));
-    a->sin_family = AF_INET;
-    if (inet_pton(AF_INET, host, &a->sin_addr) != 1 || !parse_u32(colon + 1, 1, 65535, &port))
+    if (tk_addr_parse(s, strlen(s), &addr, &why) != TK_OK || addr.kind != TK_ADDR_IPV4 ||
+        inet_pton(AF_INET, addr.host, &a->sin_addr) != 1)
         return false;
-    a->sin_port = htons((uint16_t)port);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(addr.port);
     return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
 }
 

@@ -326,6 +326,10 @@ void bench_probe_answer(struct bconn *c, uint64_t id);
 void bench_ready(struct bconn *c);
 /* Ticketing: reconnect to addr ("host:port", NULL = no leader known). */
 void bench_redirect(struct bconn *c, const char *addr, size_t len);
+/* len bytes of text as core/addr.h's host:port whose host is a 127.x.x.x
+ * literal (this tool never sends traffic anywhere else), into *sa; false
+ * with the reason in *why otherwise. */
+bool bench_loopback_addr(const char *text, size_t len, struct sockaddr_in *sa, const char **why);
 /* Logs a connection-level problem once per connection (stderr). */
 void bench_conn_warn(struct bconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

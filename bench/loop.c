@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "core/addr.h"
 #include "core/tls.h"
 
 enum { TM_HOLD = 1, TM_RETRY, TM_RECONNECT, TM_SETUP };
@@ -501,33 +502,32 @@ void bench_ready(struct bconn *c)
         conn_start_slots(c->th, c);
 }
 
+bool bench_loopback_addr(const char *text, size_t len, struct sockaddr_in *sa, const char **why)
+{
+    struct tk_addr a;
+    struct in_addr ia;
+    if (tk_addr_parse(text, len, &a, why) != TK_OK)
+        return false;
+    *why = "not a 127.x.x.x:port address (this tool sends to loopback only)";
+    if (a.kind != TK_ADDR_IPV4 || inet_pton(AF_INET, a.host, &ia) != 1 ||
+        (ntohl(ia.s_addr) >> 24) != 127)
+        return false;
+    *sa = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(a.port), .sin_addr = ia};
+    return true;
+}
+
 void bench_redirect(struct bconn *c, const char *addr, size_t len)
 {
     struct bench *b = c->th->b;
+    const char *why = NULL;
     c->th->cnt.redirects++;
     c->closing = true;
-    char host[64], buf[128];
-    uint32_t port = 0;
-    struct in_addr ia;
-    if (addr != NULL && len < sizeof(buf)) {
-        memcpy(buf, addr, len);
-        buf[len] = 0;
-        char *colon = strrchr(buf, ':');
-        if (colon != NULL && (size_t)(colon - buf) < sizeof(host)) {
-            memcpy(host, buf, (size_t)(colon - buf));
-            host[colon - buf] = 0;
-            port = (uint32_t)strtoul(colon + 1, NULL, 10);
-            /* Loopback only: this tool never sends traffic anywhere else. */
-            if (inet_pton(AF_INET, host, &ia) == 1 && (ntohl(ia.s_addr) >> 24) == 127 && port > 0 &&
-                port < 65536) {
-                c->redirect = (struct sockaddr_in){
-                    .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = ia};
-                c->redirect_set = true;
-                return;
-            }
-        }
-        bench_conn_warn(c, "ignoring redirect to a non-loopback address '%s'", buf);
+    if (addr != NULL && bench_loopback_addr(addr, len, &c->redirect, &why)) {
+        c->redirect_set = true;
+        return;
     }
+    if (addr != NULL)
+        bench_conn_warn(c, "ignoring the redirect to '%.*s': %s", (int)TK_MIN(len, 64u), addr, why);
     c->redirect_set = false;
     c->addr = (c->addr + 1) % b->naddrs;
 }

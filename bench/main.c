@@ -83,27 +83,22 @@ static void usage(FILE *f)
 
 static int parse_addrs(struct bench *b, const char *list)
 {
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", list);
     snprintf(b->addr_text, sizeof(b->addr_text), "%s", list);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *colon = strrchr(tok, ':');
-        if (colon == NULL || b->naddrs >= BENCH_ADDRS_MAX)
-            return -1;
-        *colon = 0;
-        struct in_addr ia;
-        long port = strtol(colon + 1, NULL, 10);
-        /* Loopback only: this tool never sends traffic anywhere else. */
-        if (inet_pton(AF_INET, tok, &ia) != 1 || (ntohl(ia.s_addr) >> 24) != 127 || port <= 0 ||
-            port > 65535) {
-            fprintf(stderr, "ticketing-bench: '%s' is not a 127.x.x.x:port address\n", tok);
+    for (const char *p = list;; p++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        const char *why = "more than 5 addresses";
+        if (b->naddrs >= BENCH_ADDRS_MAX ||
+            !bench_loopback_addr(p, len, &b->addrs[b->naddrs], &why)) {
+            fprintf(stderr, "ticketing-bench: --addr: '%.*s': %s\n", (int)TK_MIN(len, 64u), p, why);
             return -1;
         }
-        b->addrs[b->naddrs++] = (struct sockaddr_in){
-            .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = ia};
+        b->naddrs++;
+        if (comma == NULL)
+            break;
+        p = comma;
     }
-    return b->naddrs > 0 ? 0 : -1;
+    return 0;
 }
 
 static uint64_t read_rss_kb(int pid)

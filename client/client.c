@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/addr.h"
 #include "core/proto.h"
 
 #define CL_DEF_CONNECT_TIMEOUT_MS 5000u
@@ -206,43 +207,40 @@ static int client_cfg_owner(struct tk_client *c, const struct tk_client_config *
     return TK_CLIENT_ENONE;
 }
 
-/* Splits "a:1,b:2" into connections: one per address, two for a single
- * address (seed: a brief drop on one socket must not stop service). */
+/* Splits "a:1,b:2" (core/addr.h's list) into connections: one per
+ * address, two for a single address (seed: a brief drop on one socket must
+ * not stop service). */
 static int client_cfg_addrs(struct tk_client *c, const char *addrs)
 {
-    char host[CL_HOST_MAX + 1], port[6], one[CL_ADDR_TEXT_MAX];
-    bool numeric;
-    const char *p = addrs;
-    unsigned n = 0;
-    if (addrs == NULL || *addrs == '\0')
+    struct tk_addr list[CL_ADDRS_MAX];
+    char why[256], one[CL_ADDR_TEXT_MAX];
+    size_t n = 0;
+    if (addrs == NULL || tk_addr_parse_list(addrs, strlen(addrs), list, CL_ADDRS_MAX, &n, why,
+                                            sizeof why) != TK_OK) {
+        cl_log(c, 0, "addrs: %s", addrs == NULL ? "no address given" : why);
         return TK_CLIENT_EINVAL;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        if (n == CL_ADDRS_MAX || len == 0 || len >= sizeof one ||
-            cl_addr_parse(p, len, host, port, &numeric) != 0)
-            return TK_CLIENT_EINVAL;
-        memcpy(one, p, len);
-        one[len] = '\0';
-        c->conns[n] = cl_conn_new(c, one, false);
-        if (c->conns[n] == NULL)
-            return TK_CLIENT_ENOMEM;
-        c->conns[n]->index = n;
-        c->nconns = ++n; /* so that destroy frees it if a later one fails */
-        if (comma == NULL)
-            break;
-        p = comma + 1;
     }
-    if (n == 1) {
+    for (size_t i = 0; i < n; i++) {
+        /* An accepted address formats back to its own text. */
+        if (tk_addr_format(&list[i], one, sizeof one) >= sizeof one)
+            return TK_CLIENT_EINVAL;
+        c->conns[i] = cl_conn_new(c, one, false);
+        if (c->conns[i] == NULL)
+            return TK_CLIENT_ENOMEM;
+        c->conns[i]->index = (unsigned)i;
+        c->nconns = (unsigned)i + 1; /* so that destroy frees it if a later one fails */
+    }
+    unsigned count = (unsigned)n;
+    if (count == 1) {
         c->conns[1] = cl_conn_new(c, c->conns[0]->addr, false);
         if (c->conns[1] == NULL)
             return TK_CLIENT_ENOMEM;
         c->conns[1]->index = 1;
-        n = 2;
+        count = 2;
     }
-    c->nconns = n;
-    c->nconfigured = n;
-    atomic_store(&c->nconns_pub, n);
+    c->nconns = count;
+    c->nconfigured = count;
+    atomic_store(&c->nconns_pub, count);
     return TK_CLIENT_ENONE;
 }
 

@@ -26,6 +26,7 @@
  * be retried elsewhere.
  */
 #include "client/internal.h"
+#include "core/addr.h"
 #include "core/tls.h"
 
 #include <arpa/inet.h>
@@ -47,51 +48,11 @@
 
 /* ---- addresses ---------------------------------------------------------- */
 
-int cl_addr_parse(const char *text, size_t len, char *host, char *port, bool *numeric)
+static void conn_numeric_sa(struct cl_conn *k, const struct tk_addr *addr)
 {
-    const char *h, *p;
-    size_t hlen;
-    unsigned char tmp[sizeof(struct in6_addr)];
-    bool v6 = len > 0 && text[0] == '[';
-    if (v6) {
-        const char *close = memchr(text, ']', len);
-        if (close == NULL || close + 1 >= text + len || close[1] != ':')
-            return -1;
-        h = text + 1;
-        hlen = (size_t)(close - h);
-        p = close + 2;
-    } else {
-        const char *colon = NULL;
-        for (size_t i = 0; i < len; i++)
-            if (text[i] == ':')
-                colon = text + i;
-        if (colon == NULL || memchr(text, ':', (size_t)(colon - text)) != NULL)
-            return -1; /* no port, or an IPv6 literal without brackets */
-        h = text;
-        hlen = (size_t)(colon - text);
-        p = colon + 1;
-    }
-    size_t plen = (size_t)(text + len - p);
-    uint64_t pv;
-    if (hlen == 0 || hlen > CL_HOST_MAX || !tk_proto_parse_u64(p, plen, &pv) || pv == 0 ||
-        pv > 65535)
-        return -1;
-    for (size_t i = 0; i < hlen; i++)
-        if ((unsigned char)h[i] < 0x21 || (unsigned char)h[i] > 0x7E)
-            return -1;
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    memcpy(port, p, plen);
-    port[plen] = '\0';
-    *numeric = inet_pton(v6 ? AF_INET6 : AF_INET, host, tmp) == 1;
-    return v6 && !*numeric ? -1 : 0;
-}
-
-static void conn_numeric_sa(struct cl_conn *k)
-{
-    uint16_t port = (uint16_t)atoi(k->port);
+    uint16_t port = addr->port;
     memset(&k->sa, 0, sizeof k->sa);
-    if (strchr(k->host, ':') != NULL) {
+    if (addr->kind == TK_ADDR_IPV6) {
         struct sockaddr_in6 *a = (struct sockaddr_in6 *)&k->sa;
         a->sin6_family = AF_INET6;
         a->sin6_port = htons(port);
@@ -109,12 +70,20 @@ static void conn_numeric_sa(struct cl_conn *k)
 int cl_conn_set_addr(struct cl_conn *k, const char *addr, uint64_t now_us)
 {
     size_t len = strlen(addr);
+    struct tk_addr a;
+    const char *why = "address too long";
     TK_ASSERT(k->fd < 0);
-    if (len >= sizeof k->addr || cl_addr_parse(addr, len, k->host, k->port, &k->numeric) != 0)
+    if (len >= sizeof k->addr || tk_addr_parse(addr, len, &a, &why) != TK_OK) {
+        cl_log(k->client, 1, "address '%.64s': %s", addr, why);
         return -1;
+    }
+    _Static_assert(sizeof k->host >= sizeof a.host, "every host fits");
+    memcpy(k->host, a.host, sizeof a.host);
+    snprintf(k->port, sizeof k->port, "%u", (unsigned)a.port);
+    k->numeric = a.kind != TK_ADDR_NAME;
     memcpy(k->addr, addr, len + 1);
     if (k->numeric)
-        conn_numeric_sa(k);
+        conn_numeric_sa(k, &a);
     k->state = CL_CONN_IDLE;
     k->backoff_ms = k->client->cfg.backoff_min_ms;
     k->next_attempt_us = now_us;

@@ -267,7 +267,6 @@ bool cl_response_fits(const struct cl_req *r, char rsp_type);
 void cl_on_ready_change(struct tk_client *c, int delta);
 
 /* conn.c */
-int cl_addr_parse(const char *text, size_t len, char *host, char *port, bool *numeric);
 struct cl_conn *cl_conn_new(struct tk_client *c, const char *addr, bool extra);
 /* Points a closed (retired or new) connection at another address; it will
  * connect at next_attempt_us. Returns 0, or -1 for a bad address. */

@@ -715,6 +715,14 @@ static int check_needs(const struct ctl_opts *o)
     bool peers = remove && o->peers != NULL && o->peers[0] != '\0';
     if (!peers && (o->addr == NULL || o->addr[0] == '\0'))
         return ctl_die_usage("%s", "no cluster address: --addr host:port or TICKETING_ADDR");
+    /* The lists, checked before anything is asked, whatever the command:
+     * the same forms and reasons as libticketing's addrs. */
+    struct tk_addr addrs[CTL_ADDRS_MAX];
+    size_t n;
+    int rc = peers ? ctl_parse_addrs("--peers", o->peers, addrs, &n)
+                   : ctl_parse_addrs("--addr", o->addr, addrs, &n);
+    if (rc != 0)
+        return rc;
     /* remove-member checks its NODEID and peer secret itself. */
     if (!admin_cmd(o->cmd) && !remove && (o->secret_file == NULL || o->secret_file[0] == '\0'))
         return ctl_die_usage("%s", "no secret: --secret-file PATH or TICKETING_SECRET_FILE");

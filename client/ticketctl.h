@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/addr.h"
+
 enum {
     CTL_EXIT_OK = 0,
     CTL_EXIT_FAIL = 1,           /* anything else (client not created; run: waitpid failed;
@@ -94,8 +96,15 @@ int ctl_member_addrs(const char *body, char (*addrs)[CTL_ADDR_CAP], int max);
 /* The admin port of the node at client port port: --admin-port if given,
  * else port + 2; 0 if that is past 65535. */
 unsigned ctl_admin_port(const struct ctl_opts *o, unsigned port);
-/* Splits "host:port" or "[v6]:port" (len bytes of a) into host and *port; false if malformed. */
-bool ctl_split_addr(const char *a, size_t len, char *host, size_t hcap, unsigned *port);
+/* ctl_parse_addrs() of --addr for status and members, each address also
+ * shorter than CTL_ADDR_CAP and with an admin port; 0 or CTL_EXIT_USAGE. */
+int ctl_check_admin_addrs(const struct ctl_opts *o, struct tk_addr *addrs, size_t *n);
+/* --addr and --peers: at most this many addresses (libticketing's own bound). */
+#define CTL_ADDRS_MAX 8
+/* list (the value of flag, "--addr" or "--peers") as core/addr.h's comma
+ * list into addrs[0..*n) (CTL_ADDRS_MAX of them); 0, or CTL_EXIT_USAGE
+ * with the reason on stderr: "bad --addr: 'h:0': port out of range (1-65535)". */
+int ctl_parse_addrs(const char *flag, const char *list, struct tk_addr *addrs, size_t *n);
 /* GET /status from host:port, the body (NUL-terminated) into body; the HTTP code or -1. */
 int ctl_http_status(const char *host, unsigned port, char *body, size_t cap, int timeout_ms);
 

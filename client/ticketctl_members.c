@@ -454,8 +454,8 @@ struct hunt {
  * asked next, up to LEADER_HOPS_MAX hops (the leader may just have moved). */
 static bool ask(struct hunt *h, const char *addr, int hops)
 {
-    char host[256];
-    unsigned port;
+    struct tk_addr a;
+    const char *why;
     static char body[1 << 16];
     for (int i = 0; i < h->n_asked; i++)
         if (!strcmp(h->asked[i], addr))
@@ -464,15 +464,14 @@ static bool ask(struct hunt *h, const char *addr, int hops)
         return false;
     snprintf(h->asked[h->n_asked++], TEXT_MAX, "%s", addr);
     /* leader_addr comes from the server: a bad one is a bad answer, not a usage error. */
-    if (!ctl_split_addr(addr, strlen(addr), host, sizeof host, &port) ||
-        ctl_admin_port(h->o, port) == 0)
+    if (tk_addr_parse(addr, strlen(addr), &a, &why) != TK_OK || ctl_admin_port(h->o, a.port) == 0)
         return false;
     uint64_t ms = h->read_ms, now = tk_client_now_us();
     if (h->deadline_us != 0 && h->deadline_us <= now)
         return false;
     if (h->deadline_us != 0 && (h->deadline_us - now) / 1000u < ms)
         ms = (h->deadline_us - now) / 1000u;
-    int code = ctl_http_status(host, ctl_admin_port(h->o, port), body, sizeof body, (int)ms);
+    int code = ctl_http_status(a.host, ctl_admin_port(h->o, a.port), body, sizeof body, (int)ms);
     if (code != 200 || !parse_view(body, &h->got)) {
         if (h->o->verbose)
             fprintf(stderr, "ticketctl: %s: %s from the admin port\n", addr,
@@ -629,36 +628,18 @@ static bool hunt_leader(struct hunt *h,
                         uint64_t deadline_us,
                         int *rc)
 {
-    const char *p = o->addr;
+    struct tk_addr addrs[CTL_ADDRS_MAX];
+    size_t n = 0;
     bool found = false;
     memset(h, 0, sizeof *h);
     h->o = o;
     h->read_ms = read_ms;
     h->deadline_us = deadline_us;
-    *rc = 0;
-    for (const char *q = p;; q++) {
-        const char *comma = strchr(q, ',');
-        size_t len = comma ? (size_t)(comma - q) : strlen(q);
-        char host[256];
-        unsigned port;
-        if (!ctl_split_addr(q, len, host, sizeof host, &port) || ctl_admin_port(o, port) == 0 ||
-            len >= TEXT_MAX) {
-            *rc = ctl_die_usage("bad address in --addr '%s'", o->addr);
-            return false;
-        }
-        if (comma == NULL)
-            break;
-        q = comma;
-    }
-    while (!found) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    *rc = ctl_check_admin_addrs(o, addrs, &n);
+    for (size_t i = 0; *rc == 0 && !found && i < n; i++) {
         char addr[TEXT_MAX];
-        snprintf(addr, sizeof addr, "%.*s", (int)len, p);
+        tk_addr_format(&addrs[i], addr, sizeof addr); /* fits: checked above */
         found = ask(h, addr, 0);
-        if (comma == NULL)
-            break;
-        p = comma + 1;
     }
     return found;
 }

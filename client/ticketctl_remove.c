@@ -456,16 +456,17 @@ static enum attempt send_remove(struct rm *r, const char *addr)
 
 static enum attempt attempt(struct rm *r, const char *addr)
 {
-    char host[ADDR_CAP];
-    unsigned port;
+    struct tk_addr peer;
+    const char *why = "longer than 255 characters";
     r->next[0] = '\0';
     r->next_id = 0;
     r->in_len = 0;
-    if (!ctl_split_addr(addr, strlen(addr), host, sizeof host, &port) ||
-        strlen(addr) > TK_HS_ADDR_MAX) {
-        set_why(r, "the peer address '%s' is malformed", addr);
+    if (strlen(addr) > TK_HS_ADDR_MAX || tk_addr_parse(addr, strlen(addr), &peer, &why) != TK_OK) {
+        set_why(r, "the peer address '%s' is malformed: %s", addr, why);
         return AT_BAD;
     }
+    const char *host = peer.host;
+    unsigned port = peer.port;
     vlog(r, "asking %s to remove %s", addr, r->id_text);
     /* A quarter of --timeout per attempt (at least 1 s): a stopped member
      * among the given addresses accepts and never speaks, and must not eat
@@ -534,24 +535,27 @@ static int targets(struct rm *r)
 {
     const char *list = r->o->peers != NULL && r->o->peers[0] != '\0' ? r->o->peers : r->o->addr;
     bool derive = list == r->o->addr;
-    for (const char *p = list; *p != '\0' && r->ntargets < TARGETS_MAX;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
-        char host[ADDR_CAP - 8]; /* room for "[]:" and a port */
-        unsigned port;
-        if (len == 0 || len >= ADDR_CAP || !ctl_split_addr(p, len, host, sizeof host, &port) ||
-            (derive && port >= 65535))
-            return ctl_die_usage("bad address in %s '%s'", derive ? "--addr" : "--peers", list);
+    const char *flag = derive ? "--addr" : "--peers";
+    struct tk_addr addrs[CTL_ADDRS_MAX];
+    size_t n = 0;
+    _Static_assert(TARGETS_MAX >= CTL_ADDRS_MAX, "a target for every address");
+    int rc = ctl_parse_addrs(flag, list, addrs, &n);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
         char *t = r->targets[r->ntargets++];
-        if (!derive)
-            snprintf(t, ADDR_CAP, "%.*s", (int)len, p);
-        else if (strchr(host, ':') != NULL)
-            snprintf(t, ADDR_CAP, "[%s]:%u", host, port + 1);
-        else
-            snprintf(t, ADDR_CAP, "%s:%u", host, port + 1);
-        p = comma != NULL ? comma + 1 : p + len;
+        if (derive && addrs[i].port == 65535) {
+            tk_addr_format(&addrs[i], t, ADDR_CAP);
+            return ctl_die_usage(
+                "bad --addr: '%s': its peer port (client port + 1) is past "
+                "65535; give --peers",
+                t);
+        }
+        if (derive)
+            addrs[i].port++;
+        if (tk_addr_format(&addrs[i], t, ADDR_CAP) >= ADDR_CAP)
+            return ctl_die_usage("bad %s: '%.64s...': longer than %d characters", flag, t,
+                                 ADDR_CAP - 1);
     }
-    return 0;
+    return rc;
 }
 
 static int remove_loop(struct rm *r)

@@ -33,39 +33,29 @@ unsigned ctl_admin_port(const struct ctl_opts *o, unsigned port)
     return port + 2 <= 65535 ? port + 2 : 0;
 }
 
-/* Splits "host:port" or "[v6]:port"; false if malformed. */
-bool ctl_split_addr(const char *a, size_t len, char *host, size_t hcap, unsigned *port)
+int ctl_check_admin_addrs(const struct ctl_opts *o, struct tk_addr *addrs, size_t *n)
 {
-    const char *colon = NULL, *h = a, *hend;
-    if (len > 0 && a[0] == '[') {
-        const char *close = memchr(a, ']', len);
-        if (close == NULL || close + 1 >= a + len || close[1] != ':')
-            return false;
-        h = a + 1;
-        hend = close;
-        colon = close + 1;
-    } else {
-        for (size_t i = 0; i < len; i++)
-            if (a[i] == ':')
-                colon = a + i;
-        if (colon == NULL)
-            return false;
-        hend = colon;
+    int rc = ctl_parse_addrs("--addr", o->addr, addrs, n);
+    for (size_t i = 0; rc == 0 && i < *n; i++) {
+        char text[CTL_ADDR_CAP];
+        if (tk_addr_format(&addrs[i], text, sizeof text) >= sizeof text)
+            rc = ctl_die_usage("bad --addr: '%.64s...': longer than %d characters", text,
+                               CTL_ADDR_CAP - 1);
+        else if (ctl_admin_port(o, addrs[i].port) == 0)
+            rc = ctl_die_usage(
+                "bad --addr: '%s': its admin port (client port + 2) is past "
+                "65535; give --admin-port",
+                text);
     }
-    size_t hl = (size_t)(hend - h);
-    char pbuf[8];
-    size_t pl = (size_t)(a + len - colon - 1);
-    uint64_t p;
-    if (hl == 0 || hl >= hcap || pl == 0 || pl >= sizeof pbuf)
-        return false;
-    memcpy(pbuf, colon + 1, pl);
-    pbuf[pl] = '\0';
-    if (!ctl_parse_u64(pbuf, &p) || p == 0 || p > 65535)
-        return false;
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    *port = (unsigned)p;
-    return true;
+    return rc;
+}
+
+int ctl_parse_addrs(const char *flag, const char *list, struct tk_addr *addrs, size_t *n)
+{
+    char why[256];
+    if (tk_addr_parse_list(list, strlen(list), addrs, CTL_ADDRS_MAX, n, why, sizeof why) != TK_OK)
+        return ctl_die_usage("bad %s: %s", flag, why);
+    return 0;
 }
 
 static int connect_timeout(const char *host, unsigned port, int timeout_ms)
@@ -221,15 +211,18 @@ static void probe_one(const struct ctl_opts *o, struct probe *pr, int i)
     static char body[1 << 16];
     static char more[MEMBERS_LISTED_MAX][CTL_ADDR_CAP];
     const char *addr = pr->addr[i];
-    char host[CTL_ADDR_CAP], admin[CTL_ADDR_CAP + 8], role[16], serving[8];
-    unsigned port, aport;
+    char admin[CTL_ADDR_CAP + 8], role[16], serving[8];
+    struct tk_addr a;
+    const char *why;
+    unsigned aport = 0;
     int code = -1;
     /* Checked before anything was asked for --addr; a member's address
      * comes from a server, and a bad one is a node that did not answer. */
-    if (ctl_split_addr(addr, strlen(addr), host, sizeof host, &port) &&
-        (aport = ctl_admin_port(o, port)) != 0) {
-        snprintf(admin, sizeof admin, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, aport);
-        code = ctl_http_status(host, aport, body, sizeof body, (int)o->timeout_ms);
+    if (tk_addr_parse(addr, strlen(addr), &a, &why) == TK_OK &&
+        (aport = ctl_admin_port(o, a.port)) != 0) {
+        a.port = (uint16_t)aport;
+        tk_addr_format(&a, admin, sizeof admin);
+        code = ctl_http_status(a.host, aport, body, sizeof body, (int)o->timeout_ms);
     } else {
         snprintf(admin, sizeof admin, "-");
     }
@@ -275,17 +268,15 @@ static int status_all(const struct ctl_opts *o)
     memset(&pr, 0, sizeof pr);
     /* Every address checked before any is asked: a typo is a usage error
      * whatever the network does, and no half-printed output precedes it. */
-    for (const char *p = o->addr;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        char host[CTL_ADDR_CAP];
-        unsigned port;
-        if (!ctl_split_addr(p, len, host, sizeof host, &port) || ctl_admin_port(o, port) == 0)
-            return ctl_die_usage("bad address in --addr '%s'", o->addr);
-        add_addr(&pr, p, len);
-        if (comma == NULL)
-            break;
-        p = comma + 1;
+    struct tk_addr addrs[CTL_ADDRS_MAX];
+    size_t n = 0;
+    int rc = ctl_check_admin_addrs(o, addrs, &n);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        char text[CTL_ADDR_CAP];
+        size_t len = tk_addr_format(&addrs[i], text, sizeof text);
+        add_addr(&pr, text, len);
     }
     int given = pr.n;
     if (o->json)

@@ -140,9 +140,12 @@ struct tk_client_result {
 /* Configuration. Fill it with tk_client_config_init() first, then set what
  * you need: a zero numeric field means "the default" too. */
 struct tk_client_config {
-    /* "host:port,host:port", at most 8 addresses; "[v6addr]:port" for IPv6.
-     * Required. With exactly one address the client keeps two connections
-     * to it, else one per address. */
+    /* "host:port,host:port", at most 8 addresses, no spaces; "[v6addr]:port"
+     * for IPv6; hosts are IPv4 or IPv6 literals or DNS names, ports 1-65535
+     * (docs/client.md has the rules). Required; a bad list fails
+     * tk_client_create() with EINVAL and its reason goes to log. With
+     * exactly one address the client keeps two connections to it, else one
+     * per address. */
     const char *addrs;
     /* The client secret: either a file (its bytes less one trailing "\n" or
      * "\r\n", SPEC 2) or the bytes themselves. One of the two is required. */

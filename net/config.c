@@ -2,6 +2,7 @@
  * option, its environment variable, its bounds and its help line, so the
  * three cannot drift apart. */
 #include "net/config.h"
+#include "core/addr.h"
 #include "net/log.h"
 #include "tk_version.h"
 
@@ -260,6 +261,38 @@ static int tls_check(const struct tk_options *o, char *err, size_t errlen)
     return 0;
 }
 
+/* The address flags, in core/addr.h's forms: --bind a host alone,
+ * --advertise one host:port that clients can reach, --peers a list of at
+ * most TK_PEERS_MAX (its count, 3 or 5, is checked at start). A bracketed
+ * --bind loses its brackets here, as the listeners' lookup wants it bare. */
+static int addrs_check(struct tk_options *o, char *err, size_t errlen)
+{
+    struct tk_addr a, peers[TK_PEERS_MAX];
+    const char *why = NULL;
+    char list_why[256];
+    size_t n;
+    if (tk_addr_parse_host(o->bind, strlen(o->bind), &a, &why) != TK_OK) {
+        snprintf(err, errlen, "--bind '%.64s': %s", o->bind, why);
+        return -1;
+    }
+    snprintf(o->bind, sizeof(o->bind), "%s", a.host);
+    if (o->advertise[0] && tk_addr_parse(o->advertise, strlen(o->advertise), &a, &why) != TK_OK) {
+        snprintf(err, errlen, "--advertise '%.64s': %s", o->advertise, why);
+        return -1;
+    }
+    if (o->advertise[0] && (!strcmp(a.host, "0.0.0.0") || !strcmp(a.host, "::"))) {
+        snprintf(err, errlen, "--advertise '%.64s': not an address clients can reach",
+                 o->advertise);
+        return -1;
+    }
+    if (o->peers[0] && tk_addr_parse_list(o->peers, strlen(o->peers), peers, TK_PEERS_MAX, &n,
+                                          list_why, sizeof(list_why)) != TK_OK) {
+        snprintf(err, errlen, "--peers: %s", list_why);
+        return -1;
+    }
+    return 0;
+}
+
 int tk_options_parse(struct tk_options *o, int argc, char **argv, char *err, size_t errlen)
 {
     defaults(o);
@@ -323,22 +356,19 @@ int tk_options_parse(struct tk_options *o, int argc, char **argv, char *err, siz
         snprintf(err, errlen, "--client-secret-file is required");
         return -1;
     }
+    if (addrs_check(o, err, errlen) < 0)
+        return -1;
     return tls_check(o, err, errlen);
 }
 
 int tk_addr_split(const char *addr, char *host, size_t hostlen, uint32_t *port)
 {
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr || (size_t)(colon - addr) >= hostlen)
+    struct tk_addr a;
+    const char *why;
+    if (tk_addr_parse(addr, strlen(addr), &a, &why) != TK_OK || strlen(a.host) >= hostlen)
         return TK_EINVAL;
-    char *end = NULL;
-    errno = 0;
-    unsigned long v = strtoul(colon + 1, &end, 10);
-    if (errno || end == colon + 1 || *end || v == 0 || v > 65535)
-        return TK_EINVAL;
-    memcpy(host, addr, (size_t)(colon - addr));
-    host[colon - addr] = 0;
-    *port = (uint32_t)v;
+    memcpy(host, a.host, strlen(a.host) + 1);
+    *port = a.port;
     return TK_OK;
 }
 

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/addr.h"
 #include "core/auth.h"
 #include "core/tls.h"
 #include "net/server.h"
@@ -24,6 +25,42 @@ static int count_peers(const char *peers)
     for (const char *p = peers; *p; p++)
         n += *p == ',';
     return n;
+}
+
+/* s->advertise: --advertise (tk_options_parse checked it), else --bind
+ * and --port when --bind is one address, else this host's name and --port;
+ * a name that is not a host name is refused, as the peers could not dial
+ * it and clients would not follow a redirect to it. 0, or -1 (logged). */
+static int advertise_default(struct tk_server *s)
+{
+    struct tk_addr a;
+    const char *why = NULL;
+    if (s->opt.advertise[0]) {
+        snprintf(s->advertise, sizeof(s->advertise), "%s", s->opt.advertise);
+        return 0;
+    }
+    if (strcmp(s->opt.bind, "0.0.0.0") != 0 && strcmp(s->opt.bind, "::") != 0) {
+        /* Checked by tk_options_parse; parsed again for its kind ([v6]:port). */
+        int rc = tk_addr_parse_host(s->opt.bind, strlen(s->opt.bind), &a, &why);
+        TK_ASSERT(rc == TK_OK);
+    } else {
+        char host[TK_ADDR_MAX - 8] = "localhost";
+        gethostname(host, sizeof(host));
+        host[sizeof(host) - 1] = 0;
+        if (tk_addr_parse_host(host, strlen(host), &a, &why) != TK_OK) {
+            tk_log(TK_LOG_ERROR,
+                   "this host's name '%.64s' cannot be advertised (%s): set --advertise", host,
+                   why);
+            return -1;
+        }
+    }
+    a.port = (uint16_t)s->opt.port;
+    if (tk_addr_format(&a, s->advertise, sizeof(s->advertise)) >= sizeof(s->advertise)) {
+        tk_log(TK_LOG_ERROR, "--bind '%.64s...' is too long to advertise: set --advertise",
+               s->opt.bind);
+        return -1;
+    }
+    return 0;
 }
 
 /* A NodeId: random at every process start, never reused (SPEC 10). */
@@ -161,23 +198,8 @@ static int setup(struct tk_server *s, int argc, char **argv)
                    "(--allow-same-secrets): any client can act as a peer");
         }
     }
-    if (s->opt.advertise[0]) {
-        char host[TK_ADDR_MAX];
-        uint32_t port;
-        if (tk_addr_split(s->opt.advertise, host, sizeof(host), &port) != TK_OK ||
-            !strcmp(host, "0.0.0.0") || !strcmp(host, "::")) {
-            tk_log(TK_LOG_ERROR, "--advertise must be host:port of a reachable address");
-            return 2;
-        }
-        snprintf(s->advertise, sizeof(s->advertise), "%s", s->opt.advertise);
-    } else if (strcmp(s->opt.bind, "0.0.0.0") != 0 && strcmp(s->opt.bind, "::") != 0) {
-        snprintf(s->advertise, sizeof(s->advertise), "%.100s:%u", s->opt.bind, s->opt.port);
-    } else {
-        char host[TK_ADDR_MAX - 8] = "localhost";
-        gethostname(host, sizeof(host));
-        host[sizeof(host) - 1] = 0;
-        snprintf(s->advertise, sizeof(s->advertise), "%s:%u", host, s->opt.port);
-    }
+    if (advertise_default(s) != 0)
+        return 2;
     /* Default: from the CPUs this process may use (affinity, e.g. a
      * container's cpuset, and a cgroup CPU quota), not every CPU of the
      * machine. */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/addr.h"
 #include "core/tls.h"
 #include "net/raftd.h"
 
@@ -27,10 +28,10 @@ bool raftd_dial_ok(void *ctx, const char *addr)
 /* Whether the host part of addr is a name the certificate holds. */
 static bool cert_names_host(const struct tk_tls *tls, const char *addr)
 {
-    char host[TK_ADDR_MAX];
-    uint32_t port;
-    return tk_addr_split(addr, host, sizeof(host), &port) == TK_OK &&
-           tk_tls_peer_has_name(tls, host);
+    struct tk_addr a;
+    const char *why;
+    return tk_addr_parse(addr, strlen(addr), &a, &why) == TK_OK &&
+           tk_tls_peer_has_name(tls, a.host);
 }
 
 bool raftd_peer_cert(void *ctx, const struct tk_tls *tls)
@@ -101,51 +102,60 @@ void raftd_on_frame(void *ctx, struct tk_plink *l, const struct tk_wire_frame *f
     raftd_after_driver(r);
 }
 
+/* The peer addresses: --peers (tk_options_parse checked its forms), or
+ * this node's alone; this node's own is the host it advertises at
+ * --peer-port. */
 int raftd_parse_peers(struct tk_raftd *r)
 {
     struct tk_server *s = r->s;
-    char host[TK_ADDR_MAX];
-    uint32_t port;
-    if (tk_addr_split(s->advertise, host, sizeof(host), &port) != TK_OK)
+    struct tk_addr self, peers[TK_PEERS_MAX];
+    const char *why = NULL;
+    char list_why[256], self_text[TK_ADDR_MAX];
+    size_t n = 0;
+    if (tk_addr_parse(s->advertise, strlen(s->advertise), &self, &why) != TK_OK) {
+        tk_log(TK_LOG_ERROR, "advertised address '%s': %s", s->advertise, why);
         return TK_EINVAL;
-    char self[TK_ADDR_MAX + 16];
-    int n = snprintf(self, sizeof(self), "%s:%u", host, s->opt.peer_port);
-    if (n < 0 || n >= TK_ADDR_MAX) {
+    }
+    self.port = (uint16_t)s->opt.peer_port;
+    if (tk_addr_format(&self, self_text, sizeof(self_text)) >= sizeof(self_text)) {
         tk_log(TK_LOG_ERROR, "advertised host name too long");
         return TK_EINVAL;
     }
     if (!s->opt.peers[0]) {
         r->npeers = 1;
         r->self = 0;
-        memcpy(r->peer_addr[0], self, (size_t)n + 1);
+        snprintf(r->peer_addr[0], TK_ADDR_MAX, "%s", self_text);
         return TK_OK;
     }
-    char list[sizeof(s->opt.peers)];
-    snprintf(list, sizeof(list), "%s", s->opt.peers);
+    if (tk_addr_parse_list(s->opt.peers, strlen(s->opt.peers), peers, TK_PEERS_MAX, &n, list_why,
+                           sizeof(list_why)) != TK_OK) {
+        tk_log(TK_LOG_ERROR, "--peers: %s", list_why);
+        return TK_EINVAL;
+    }
     bool found = false;
-    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        char h[TK_ADDR_MAX];
-        uint32_t pp;
-        if (r->npeers == TK_PEERS_MAX || tk_addr_split(tok, h, sizeof(h), &pp) != TK_OK) {
-            tk_log(TK_LOG_ERROR, "--peers: bad address '%s' (want host:port)", tok);
+    for (size_t i = 0; i < n; i++) {
+        /* Formats back to the text --peers gave (core/addr.h). */
+        char text[TK_ADDR_MAX];
+        if (tk_addr_format(&peers[i], text, sizeof(text)) >= sizeof(text)) {
+            tk_log(TK_LOG_ERROR, "--peers: '%.64s...' is longer than %d characters", text,
+                   TK_ADDR_MAX - 1);
             return TK_EINVAL;
         }
-        if (peer_index(r, tok) >= 0) {
-            tk_log(TK_LOG_ERROR, "--peers lists %s twice", tok);
+        if (peer_index(r, text) >= 0) {
+            tk_log(TK_LOG_ERROR, "--peers lists %s twice", text);
             return TK_EINVAL;
         }
-        if (!strcmp(tok, self)) {
+        if (!strcmp(text, self_text)) {
             r->self = r->npeers;
             found = true;
         }
-        snprintf(r->peer_addr[r->npeers++], TK_ADDR_MAX, "%s", tok);
+        snprintf(r->peer_addr[r->npeers++], TK_ADDR_MAX, "%s", text);
     }
     if (!found) {
         tk_log(TK_LOG_ERROR,
                "--peers must include this node's peer address %s "
                "(advertised host and --peer-port)",
-               self);
+               self_text);
         return TK_EINVAL;
     }
     /* Peers agree when their sorted lists are equal. */

@@ -48,6 +48,17 @@ static void put_str(const char *target, const char *name, const char *s)
 #define HEX_A "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define HEX_B "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 
+/* An addr seed: the mode byte, then text. */
+static void put_addr(const char *name, uint8_t mode, const char *text)
+{
+    uint8_t buf[128];
+    size_t n = strlen(text);
+    TK_ASSERT(n < sizeof(buf));
+    buf[0] = mode;
+    memcpy(buf + 1, text, n);
+    put("addr", name, buf, n + 1);
+}
+
 static void text_seeds(void)
 {
     put_str("request", "acquire", "A 42 orders/7 worker-1 30000 250000\n");
@@ -67,6 +78,14 @@ static void text_seeds(void)
     put_str("response", "errors", "E 12 command\nE - toolong\nE 9 shiny\r\n");
     put_str("response", "moved", "M 10.0.0.2:7400\nM [::1]:7410\nM -\n");
     put_str("response", "addr", "node-3.ticketing.svc:7400");
+
+    /* addr: a mode byte (3: one address, 4: a host alone, 14: a list of
+     * at most 5; fuzz_addr.c), then the text. */
+    put_addr("v4", 3, "10.0.0.7:7400");
+    put_addr("v6", 3, "[::ffff:10.0.0.1]:65535");
+    put_addr("name", 3, "node-0.ticketing.svc.cluster.local:7401");
+    put_addr("bind", 4, "::");
+    put_addr("peers", 14, "a.example:7401,[fe80::1:2]:7401,10.1.2.3:7401");
 
     put_str("admin_http", "get", "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     put_str("admin_http", "head", "HEAD /metrics?x=1 HTTP/1.0\n\n");

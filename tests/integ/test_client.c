@@ -123,6 +123,36 @@ Test(client, wrong_secret_never_becomes_ready)
     tk_client_destroy(c);
 }
 
+/* The last line a client logged (from tk_client_create(): on this thread). */
+static char logged[512];
+static void log_keep(void *arg, int level, const char *message)
+{
+    (void)arg;
+    (void)level;
+    snprintf(logged, sizeof logged, "%s", message);
+}
+
+Test(client, a_bad_addrs_is_logged_with_its_reason)
+{
+    static const char *const cases[][2] = {
+        {"127.0.0.1:0", "addrs: '127.0.0.1:0': port out of range (1-65535)"},
+        {"::1:7400", "addrs: '::1:7400': an IPv6 address must be in brackets, as in [::1]:7400"},
+        {"a:1, b:2", "addrs: ' b:2': a space or control character in the address"},
+        {"a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9", "addrs: more than 8 addresses"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct tk_client_config cfg;
+        struct tk_client *c = NULL;
+        tk_client_config_init(&cfg);
+        cfg.addrs = cases[i][0];
+        cfg.secret_file = node.secret_file;
+        cfg.log = log_keep;
+        logged[0] = '\0';
+        cr_assert_eq(tk_client_create(&cfg, &c), TK_CLIENT_EINVAL, "addrs '%s'", cases[i][0]);
+        cr_assert_str_eq(logged, cases[i][1]);
+    }
+}
+
 Test(client, create_refuses_bad_config)
 {
     struct tk_client_config cfg;

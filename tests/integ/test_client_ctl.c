@@ -289,6 +289,38 @@ Test(ctl, usage_errors_exit_64)
     expect_exit(ARGS("--help"), NULL, 0);
 }
 
+/* Every command checks --addr (and remove-member its --peers) before it
+ * asks anything, with core/addr.h's reasons. */
+Test(ctl, a_bad_address_exits_64_with_its_reason)
+{
+    static const struct {
+        const char *cmd, *flag, *value, *said;
+    } bad[] = {
+        {"ping", "--addr", "::1:7400",
+         "bad --addr: '::1:7400': an IPv6 address must be in brackets, as in [::1]:7400"},
+        {"query", "--addr", "127.0.0.1:0",
+         "bad --addr: '127.0.0.1:0': port out of range (1-65535)"},
+        {"status", "--addr", "a:1,,b:2",
+         "bad --addr: empty address in the list (a ',' at an end, or two together)"},
+        {"members", "--addr", "a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9",
+         "bad --addr: more than 8 addresses"},
+        {"status", "--addr", "127.0.0.1:65535",
+         "bad --addr: '127.0.0.1:65535': its admin port (client port + 2) is past 65535"},
+        {"remove-member", "--peers", "a:7401,b", "bad --peers: 'b': missing port (want host:port)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *out;
+        const char *key = strcmp(bad[i].cmd, "query") == 0           ? "k"
+                          : strcmp(bad[i].cmd, "remove-member") == 0 ? "00000000000000ab"
+                                                                     : NULL;
+        int got = key ? ctl(ARGS(bad[i].cmd, key, bad[i].flag, bad[i].value), NULL, &out)
+                      : ctl(ARGS(bad[i].cmd, bad[i].flag, bad[i].value), NULL, &out);
+        cr_assert_eq(got, 64, "%s %s %s: exit %d: %s", bad[i].cmd, bad[i].flag, bad[i].value, got,
+                     out);
+        cr_assert_not_null(strstr(out, bad[i].said), "%s %s: %s", bad[i].cmd, bad[i].value, out);
+    }
+}
+
 Test(ctl, unanswered_run_is_indeterminate_and_runs_nothing)
 {
     struct tk_proxy *p = tk_proxy_start(node.port);

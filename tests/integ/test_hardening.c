@@ -208,6 +208,36 @@ Test(hardening, a_missing_secret_file_is_named_as_such)
     cr_assert_not_null(strstr(log, "No such file or directory"), "%s", log);
 }
 
+/* core/addr.h's reasons, as the operator sees them (docs/operations.md). */
+Test(hardening, a_malformed_address_flag_stops_the_start_with_its_reason)
+{
+    static char log[8192];
+    static const struct {
+        const char *flag, *value, *said;
+    } bad[] = {
+        {"--advertise", "::1:7400",
+         "--advertise '::1:7400': an IPv6 address must be in brackets, as in [::1]:7400"},
+        {"--advertise", "db1:0", "--advertise 'db1:0': port out of range (1-65535)"},
+        {"--advertise", "[::]:7400", "--advertise '[::]:7400': not an address clients can reach"},
+        {"--peers", "a:7401,,b:7401",
+         "--peers: empty address in the list (a ',' at an end, or two together)"},
+        {"--peers", "a:7401,b_1:7401,c:7401",
+         "--peers: 'b_1:7401': a host name holds only letters, digits, '-' and '.'"},
+        {"--peers", "a:1,b:2,c:3,d:4,e:5,f:6", "--peers: more than 5 addresses"},
+        {"--bind", "127.1", "--bind '127.1': not an IPv4 address"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_assert_eq(tk_node_prepare(&node, tk_free_port3()), 0);
+        const char *const args[] = {bad[i].flag, bad[i].value, "--peer-secret-file",
+                                    node.secret_file, NULL};
+        int st = run_node(args, log, sizeof(log));
+        cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s %s: status %d: %s",
+                  bad[i].flag, bad[i].value, st, log);
+        cr_assert_not_null(strstr(log, bad[i].said), "%s %s: %s", bad[i].flag, bad[i].value, log);
+        tk_node_cleanup(&node);
+    }
+}
+
 Test(hardening, the_same_secret_for_clients_and_peers_is_refused)
 {
     static char log[8192];
