@@ -48,10 +48,19 @@ static int advertise_default(struct tk_server *s)
         gethostname(host, sizeof(host));
         host[sizeof(host) - 1] = 0;
         if (tk_addr_parse_host(host, strlen(host), &a, &why) != TK_OK) {
-            tk_log(TK_LOG_ERROR,
-                   "this host's name '%.64s' cannot be advertised (%s): set --advertise", host,
-                   why);
-            return -1;
+            if (s->opt.peers[0]) {
+                tk_log(TK_LOG_ERROR,
+                       "this host's name '%.64s' cannot be advertised (%s): set --advertise", host,
+                       why);
+                return -1;
+            }
+            /* Standalone, nobody is sent to it: say so, and go on. */
+            tk_log(TK_LOG_WARN,
+                   "this host's name '%.64s' cannot be advertised (%s): advertising localhost; "
+                   "set --advertise if clients should be told another name",
+                   host, why);
+            int rc = tk_addr_parse_host("localhost", 9, &a, &why);
+            TK_ASSERT(rc == TK_OK);
         }
     }
     a.port = (uint16_t)s->opt.port;
