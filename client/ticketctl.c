@@ -3,7 +3,7 @@
  * lock`); acquire, release, query and ping make one request each; status
  * reads every member's admin /status (client port + 2, or --admin-port)
  * and says in its exit code whether the cluster is whole; members reads
- * the leader's (found through any member's), and remove-member asks the
+ * the leader's /members (found through any member's), and remove-member asks the
  * leader, over its peer port and with the peer secret, to drop a member
  * that is gone for good.
  *
@@ -74,7 +74,7 @@ static void usage(FILE *f)
         "  --admin-port N                    the admin port of every --addr node, for status,\n"
         "                                    members, remove-member (default: each client\n"
         "                                    port + 2; env TICKETING_ADMIN_PORT)\n"
-        "  --timeout D                       budget of query, ping and each /status read\n"
+        "  --timeout D                       budget of query, ping and each admin port read\n"
         "                                    of status/members, and the whole of\n"
         "                                    remove-member (default 5s)\n"
         "  --grace D                         wait for an answer past --wait (default 2s)\n"
@@ -686,7 +686,7 @@ static int cmd_ping(const struct ctl_opts *o, struct tk_client *c)
 
 /* ---- main ------------------------------------------------------------------------ */
 
-/* status and members read the admin /status, not the client protocol. */
+/* status and members read the admin port (/status, /members), not the client protocol. */
 static bool admin_cmd(const char *cmd)
 {
     return strcmp(cmd, "status") == 0 || strcmp(cmd, "members") == 0;

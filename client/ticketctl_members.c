@@ -6,7 +6,6 @@
  * client address. (remove-member does not look here: plain HTTP can be
  * answered by anyone, and it sends a peer proof; see ticketctl_remove.c.)
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,13 +88,18 @@ static void parse_member(const json_t *o, struct member *m)
     set_text(m->peer_addr, o, "peer_addr");
     set_text(m->client_addr, o, "client_addr");
     const char *role = json_string_value(json_object_get(o, "role"));
-    m->voter = role == NULL ? -1 : !strcmp(role, "voter") ? 1 : !strcmp(role, "learner") ? 0 : -1;
+    if (role == NULL) /* /status: a voter flag */
+        m->voter = tri(json_object_get(o, "voter"));
+    else
+        m->voter = !strcmp(role, "voter") ? 1 : !strcmp(role, "learner") ? 0 : -1;
     m->has_match = set_int(&m->match, o, "match_index");
     m->has_lag = set_int(&m->lag, o, "lag");
     m->has_contact = set_int(&m->contact_ms, o, "last_contact_ms");
 }
 
-/* A /members document into v; false if it is none (no members array). */
+/* A /members document into v, or the /status of a server older than
+ * /members (the leader as an id and leader_addr, each member's voter
+ * flag); false if it is neither (no members array). */
 static bool parse_view(const json_t *doc, struct view *v)
 {
     const json_t *ms = json_object_get(doc, "members");
@@ -111,6 +115,9 @@ static bool parse_view(const json_t *doc, struct view *v)
     if (json_is_object(leader)) {
         set_text(v->leader, leader, "id");
         set_text(v->leader_addr, leader, "client_addr");
+    } else {
+        set_text(v->leader, doc, "leader");
+        set_text(v->leader_addr, doc, "leader_addr");
     }
     for (size_t i = 0; i < json_array_size(ms); i++) {
         const json_t *o = json_array_get(ms, i);
@@ -170,7 +177,11 @@ static bool ask(struct hunt *h, const char *addr, int hops)
     if (h->deadline_us != 0 && (h->deadline_us - now) / 1000u < ms)
         ms = (h->deadline_us - now) / 1000u;
     json_t *doc;
-    int code = ctl_http_json(host, ctl_admin_port(h->o, port), "/members", (int)ms, &doc);
+    unsigned aport = ctl_admin_port(h->o, port);
+    int code = ctl_http_json(host, aport, "/members", (int)ms, &doc);
+    /* A server older than /members: its /status has the same members. */
+    if (code == 404)
+        code = ctl_http_json(host, aport, "/status", (int)ms, &doc);
     bool parsed = doc != NULL && parse_view(doc, &h->got);
     json_decref(doc);
     if (!parsed) {
