@@ -3,11 +3,11 @@
  * lock`); acquire, release, query and ping make one request each; status
  * reads every member's admin /status (client port + 2, or --admin-port)
  * and says in its exit code whether the cluster is whole; members reads
- * the leader's (found through any member's), and remove-member asks the
+ * the leader's /members (found through any member's), and remove-member asks the
  * leader, over its peer port and with the peer secret, to drop a member
  * that is gone for good.
  *
- * Output is for people by default and JSON with --json (ticketctl_json.c
+ * Output is for people by default and JSON with --json (ticketctl_out.c
  * writes all of it). Exit codes are fixed (usage() prints them) so scripts
  * can tell the outcomes apart. A failure is one line on stderr that names
  * its cause (the library's last connection error), with no -v needed.
@@ -74,7 +74,7 @@ static void usage(FILE *f)
         "  --admin-port N                    the admin port of every --addr node, for status,\n"
         "                                    members, remove-member (default: each client\n"
         "                                    port + 2; env TICKETING_ADMIN_PORT)\n"
-        "  --timeout D                       budget of query, ping and each /status read\n"
+        "  --timeout D                       budget of query, ping and each admin port read\n"
         "                                    of status/members, and the whole of\n"
         "                                    remove-member (default 5s)\n"
         "  --grace D                         wait for an answer past --wait (default 2s)\n"
@@ -429,14 +429,13 @@ static int report_failure(const struct ctl_opts *o, const struct tk_client_resul
     if (r->reason[0])
         snprintf(reason, sizeof reason, " (reason: %s)", r->reason);
     if (o->json) {
-        bool first = true;
-        putchar('{');
-        ctl_json_kstr(stdout, &first, "outcome", tk_client_outcome_str(r->outcome));
-        ctl_json_kstr(stdout, &first, "key", key);
-        ctl_json_kstr(stdout, &first, "reason", r->reason);
+        json_t *j = json_object();
+        json_object_set_new(j, "outcome", ctl_jstr(tk_client_outcome_str(r->outcome)));
+        json_object_set_new(j, "key", ctl_jstr(key));
+        json_object_set_new(j, "reason", ctl_jstr(r->reason));
         if (cause[0])
-            ctl_json_kstr(stdout, &first, "error", cause);
-        printf("}\n");
+            json_object_set_new(j, "error", ctl_jstr(cause));
+        ctl_json_print(stdout, j, "\n");
     } else if (cause[0]) {
         fprintf(stderr, "ticketctl: %s%sunavailable: %s%s; nothing was sent\n", key, sep,
                 strcmp(r->reason, "tls") == 0 ? "TLS refused: " : "", cause);
@@ -591,14 +590,13 @@ static int cmd_run(const struct ctl_opts *o, struct tk_client *c)
     }
     release_after(o, c, r.token);
     if (o->json) {
-        bool first = true;
-        fputc('{', stderr);
-        ctl_json_kstr(stderr, &first, "outcome", "acquired");
-        ctl_json_kstr(stderr, &first, "key", o->key);
-        ctl_json_ku64(stderr, &first, "token", r.token);
-        ctl_json_kint(stderr, &first, "exit", true, code);
-        ctl_json_kbool(stderr, &first, "lease_lost", lease_lost);
-        fputs("}\n", stderr);
+        json_t *j = json_object();
+        json_object_set_new(j, "outcome", json_string("acquired"));
+        json_object_set_new(j, "key", ctl_jstr(o->key));
+        json_object_set_new(j, "token", ctl_ju64(r.token));
+        json_object_set_new(j, "exit", json_integer(code));
+        json_object_set_new(j, "lease_lost", json_boolean(lease_lost));
+        ctl_json_print(stderr, j, "\n");
     }
     return code;
 }
@@ -612,14 +610,13 @@ static int cmd_acquire(const struct ctl_opts *o, struct tk_client *c)
         TK_CLIENT_ACQUIRED)
         return report_failure(o, &r);
     if (o->json) {
-        bool first = true;
-        putchar('{');
-        ctl_json_kstr(stdout, &first, "outcome", "acquired");
-        ctl_json_kstr(stdout, &first, "key", o->key);
-        ctl_json_ku64(stdout, &first, "token", r.token);
-        ctl_json_kstr(stdout, &first, "owner", tk_client_owner(c));
-        ctl_json_ku64(stdout, &first, "lease_ms", o->lease_ms);
-        printf("}\n");
+        json_t *j = json_object();
+        json_object_set_new(j, "outcome", json_string("acquired"));
+        json_object_set_new(j, "key", ctl_jstr(o->key));
+        json_object_set_new(j, "token", ctl_ju64(r.token));
+        json_object_set_new(j, "owner", ctl_jstr(tk_client_owner(c)));
+        json_object_set_new(j, "lease_ms", ctl_ju64(o->lease_ms));
+        ctl_json_print(stdout, j, "\n");
     } else
         printf(
             "acquired %s token %llu owner %s lease %llums\n"
@@ -636,12 +633,11 @@ static int cmd_release(const struct ctl_opts *o, struct tk_client *c)
     if (tk_client_release(c, o->key, o->token, &r) != TK_CLIENT_RELEASED)
         return report_failure(o, &r);
     if (o->json) {
-        bool first = true;
-        putchar('{');
-        ctl_json_kstr(stdout, &first, "outcome", "released");
-        ctl_json_kstr(stdout, &first, "key", o->key);
-        ctl_json_ku64(stdout, &first, "token", o->token);
-        printf("}\n");
+        json_t *j = json_object();
+        json_object_set_new(j, "outcome", json_string("released"));
+        json_object_set_new(j, "key", ctl_jstr(o->key));
+        json_object_set_new(j, "token", ctl_ju64(o->token));
+        ctl_json_print(stdout, j, "\n");
     } else
         printf("released %s token %llu\n", o->key, (unsigned long long)o->token);
     return CTL_EXIT_OK;
@@ -653,14 +649,13 @@ static int cmd_query(const struct ctl_opts *o, struct tk_client *c)
     if (tk_client_query(c, o->key, &r) != TK_CLIENT_ANSWERED)
         return report_failure(o, &r);
     if (o->json) {
-        bool first = true;
-        putchar('{');
-        ctl_json_kstr(stdout, &first, "key", o->key);
-        ctl_json_kbool(stdout, &first, "held", r.held);
-        ctl_json_kstr(stdout, &first, "owner", r.held ? r.owner : NULL);
-        ctl_json_ku64(stdout, &first, "token", r.held ? r.token : 0);
-        ctl_json_ku64(stdout, &first, "waiters", r.held ? r.waiters : 0);
-        printf("}\n");
+        json_t *j = json_object();
+        json_object_set_new(j, "key", ctl_jstr(o->key));
+        json_object_set_new(j, "held", json_boolean(r.held));
+        json_object_set_new(j, "owner", ctl_jstr(r.held ? r.owner : NULL));
+        json_object_set_new(j, "token", ctl_ju64(r.held ? r.token : 0));
+        json_object_set_new(j, "waiters", ctl_ju64(r.held ? r.waiters : 0));
+        ctl_json_print(stdout, j, "\n");
     } else if (r.held)
         printf("%s: held by %s token %llu, %u waiting\n", o->key, r.owner,
                (unsigned long long)r.token, r.waiters);
@@ -679,11 +674,10 @@ static int cmd_ping(const struct ctl_opts *o, struct tk_client *c)
             continue;
         }
         if (o->json) {
-            bool first = true;
-            putchar('{');
-            ctl_json_kstr(stdout, &first, "outcome", "answered");
-            ctl_json_ku64(stdout, &first, "rtt_us", r.rtt_us);
-            printf("}\n");
+            json_t *j = json_object();
+            json_object_set_new(j, "outcome", json_string("answered"));
+            json_object_set_new(j, "rtt_us", ctl_ju64(r.rtt_us));
+            ctl_json_print(stdout, j, "\n");
         } else
             printf("pong: %.3f ms\n", (double)r.rtt_us / 1000.0);
     }
@@ -692,7 +686,7 @@ static int cmd_ping(const struct ctl_opts *o, struct tk_client *c)
 
 /* ---- main ------------------------------------------------------------------------ */
 
-/* status and members read the admin /status, not the client protocol. */
+/* status and members read the admin port (/status, /members), not the client protocol. */
 static bool admin_cmd(const char *cmd)
 {
     return strcmp(cmd, "status") == 0 || strcmp(cmd, "members") == 0;

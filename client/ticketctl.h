@@ -1,7 +1,8 @@
 /* ticketctl's internal declarations, shared by ticketctl.c (commands on
- * the library), ticketctl_status.c (status, and the admin /status reader),
- * ticketctl_members.c (members, and finding the leader) and
- * ticketctl_remove.c (remove-member, over the leader's peer port). */
+ * the library), ticketctl_status.c (status, and the admin port's reader),
+ * ticketctl_members.c (members, and finding the leader),
+ * ticketctl_remove.c (remove-member, over the leader's peer port) and
+ * ticketctl_out.c (the --json output). */
 #ifndef TK_TICKETCTL_H
 #define TK_TICKETCTL_H
 
@@ -11,6 +12,7 @@
 #include <stdio.h>
 
 #include "core/addr.h"
+#include <jansson.h>
 
 enum {
     CTL_EXIT_OK = 0,
@@ -64,35 +66,30 @@ bool ctl_parse_u64(const char *s, uint64_t *v);
  * code (83 if no member answered or none is the leader, 88 if one did not
  * answer). */
 int ctl_status(const struct ctl_opts *o);
-/* `ticketctl members`: the members as the leader's /status lists them; the exit code. */
+/* `ticketctl members`: the members as the leader's /members lists them; the exit code. */
 int ctl_members(const struct ctl_opts *o);
-/* ---- JSON output (ticketctl_json.c): every --json line is written with these.
- * Strings may hold any byte and come out as valid, pure-ASCII JSON: '"' and
- * '\' escaped, controls and DEL as \u00XX, well-formed UTF-8 as \uXXXX
- * escapes, any other byte as \ufffd. The k* functions write one member of an
- * object, `"name":value`, after a comma unless *first (which they clear). */
-/* n bytes of s as a JSON string, quotes included. */
-void ctl_json_strn(FILE *f, const char *s, size_t n);
-/* s as a JSON string; null if s is NULL. */
-void ctl_json_str(FILE *f, const char *s);
-void ctl_json_kstr(FILE *f, bool *first, const char *name, const char *value);
-void ctl_json_ku64(FILE *f, bool *first, const char *name, uint64_t value);
-/* value, or null if !has. */
-void ctl_json_kint(FILE *f, bool *first, const char *name, bool has, int64_t value);
-void ctl_json_kbool(FILE *f, bool *first, const char *name, bool value);
-/* json copied as it is if ctl_json_valid() takes it, else null. */
-void ctl_json_kraw(FILE *f, bool *first, const char *name, const char *json);
-/* Whether s is exactly one JSON value (RFC 8259, strings in UTF-8, nesting
- * at most 64 deep), with whitespace around it at most. */
-bool ctl_json_valid(const char *s);
+/* ---- JSON output (ticketctl_out.c, on Jansson): every --json answer is
+ * built as Jansson values and printed with ctl_json_print(), compact and
+ * pure ASCII. */
+/* n bytes of any content as a JSON string: bytes that are no part of a
+ * well-formed UTF-8 sequence become U+FFFD. */
+json_t *ctl_jstrn(const char *s, size_t n);
+/* s as a JSON string (as ctl_jstrn); null if s is NULL. */
+json_t *ctl_jstr(const char *s);
+/* v as a JSON integer; null past 2^63 - 1 (Jansson's integers are signed). */
+json_t *ctl_ju64(uint64_t v);
+/* Prints v then end, escaped as ticketctl always has ('"' and '\' with a
+ * backslash, controls and DEL as \u00XX, other non-ASCII as \uXXXX, hex in
+ * lowercase), and releases v (NULL prints null). */
+void ctl_json_print(FILE *f, json_t *v, const char *end);
 
 /* `ticketctl remove-member NODEID`: the exit code. */
 int ctl_remove_member(const struct ctl_opts *o);
-/* The client addresses of the members a /status body lists (at most max,
- * each shorter than CTL_ADDR_CAP; longer ones are left out); their count,
- * 0 if the body does not parse. */
+/* The client addresses of the members a /status document lists (at most
+ * max, each shorter than CTL_ADDR_CAP; longer ones are left out); their
+ * count. */
 #define CTL_ADDR_CAP 256
-int ctl_member_addrs(const char *body, char (*addrs)[CTL_ADDR_CAP], int max);
+int ctl_member_addrs(const json_t *status, char (*addrs)[CTL_ADDR_CAP], int max);
 /* The admin port of the node at client port port: --admin-port if given,
  * else port + 2; 0 if that is past 65535. */
 unsigned ctl_admin_port(const struct ctl_opts *o, unsigned port);
@@ -105,7 +102,9 @@ int ctl_check_admin_addrs(const struct ctl_opts *o, struct tk_addr *addrs, size_
  * list into addrs[0..*n) (CTL_ADDRS_MAX of them); 0, or CTL_EXIT_USAGE
  * with the reason on stderr: "bad --addr: 'h:0': port out of range (1-65535)". */
 int ctl_parse_addrs(const char *flag, const char *list, struct tk_addr *addrs, size_t *n);
-/* GET /status from host:port, the body (NUL-terminated) into body; the HTTP code or -1. */
-int ctl_http_status(const char *host, unsigned port, char *body, size_t cap, int timeout_ms);
+/* GET path (/status, /members) from the admin port host:port, within
+ * timeout_ms; the HTTP code or -1. On 200 with a JSON object for a body,
+ * that object in *doc (the caller's to json_decref); else *doc is NULL. */
+int ctl_http_json(const char *host, unsigned port, const char *path, int timeout_ms, json_t **doc);
 
 #endif

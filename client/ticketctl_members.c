@@ -1,12 +1,11 @@
 /* ticketctl members: the cluster's members as the leader sees them, from
- * its admin /status (client port + 2, or --admin-port) over plain HTTP, so no secret is
- * needed (the HTTP side is ticketctl_status.c's, shared with status). Only
- * the leader's match index (and lag, last contact) mean anything, so a
- * follower's answer is followed to its leader_addr. (remove-member does
- * not look here: plain HTTP can be answered by anyone, and it sends a
- * peer proof; see ticketctl_remove.c.)
+ * its admin /members (client port + 2, or --admin-port) over plain HTTP,
+ * so no secret is needed (the HTTP side is ticketctl_status.c's, shared
+ * with status). Only the leader's match index (and lag, last contact)
+ * mean anything, so a follower's answer is followed to its leader's
+ * client address. (remove-member does not look here: plain HTTP can be
+ * answered by anyone, and it sends a peer proof; see ticketctl_remove.c.)
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,292 +13,12 @@
 #include "client/ticketctl.h"
 #include "client/ticketing.h"
 
-/* ---- a small JSON reader --------------------------------------------------------- */
-
-/* members reads the members array, which the string search of status's
- * json_field cannot tell from the top level, and /status keeps growing
- * (free text such as membership_note included): so a real, if small,
- * parser that skips every field it does not know. Strings are cut at
- * TEXT_MAX - 1 bytes, never inside a UTF-8 sequence. */
-#define TEXT_MAX 256
-#define JSON_DEPTH_MAX 32
-
-struct jscan {
-    const char *p;
-};
-
-struct jval {
-    char kind; /* 's' string, 'n' number, 'b' bool, 'z' null, 'x' object or array */
-    bool b;
-    bool int_ok; /* a number that fits an int64_t */
-    int64_t i;
-    char s[TEXT_MAX];
-};
-
-static void jws(struct jscan *j)
-{
-    while (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')
-        j->p++;
-}
-
-static bool jlit(struct jscan *j, char c)
-{
-    jws(j);
-    if (*j->p != c)
-        return false;
-    j->p++;
-    return true;
-}
-
-static int hex4(const char *p)
-{
-    int v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (d < 0)
-            return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
-
-/* Appends len bytes whole, or nothing ever again once one does not fit. */
-static void put_bytes(char *out, size_t cap, size_t *n, const char *src, size_t len)
-{
-    if (out == NULL || *n >= cap)
-        return;
-    if (*n + len >= cap) {
-        *n = cap; /* full: later (shorter) pieces must not follow a gap */
-        return;
-    }
-    memcpy(out + *n, src, len);
-    *n += len;
-}
-
-static void put_utf8(char *out, size_t cap, size_t *n, uint32_t cp)
-{
-    char b[4];
-    size_t len;
-    if (cp < 0x80) {
-        b[0] = (char)cp;
-        len = 1;
-    } else if (cp < 0x800) {
-        b[0] = (char)(0xC0 | cp >> 6);
-        b[1] = (char)(0x80 | (cp & 0x3F));
-        len = 2;
-    } else if (cp < 0x10000) {
-        b[0] = (char)(0xE0 | cp >> 12);
-        b[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        b[2] = (char)(0x80 | (cp & 0x3F));
-        len = 3;
-    } else {
-        b[0] = (char)(0xF0 | cp >> 18);
-        b[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-        b[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-        b[3] = (char)(0x80 | (cp & 0x3F));
-        len = 4;
-    }
-    put_bytes(out, cap, n, b, len);
-}
-
-/* The escape at *pp (its backslash) into *cp, and *pp past it; false if
- * it is none of JSON's. */
-static bool jescape(const char **pp, uint32_t *cp)
-{
-    const char *p = *pp;
-    char e = p[1];
-    p += 2;
-    switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-            *cp = (uint32_t)e;
-            break;
-        case 'b':
-            *cp = '\b';
-            break;
-        case 'f':
-            *cp = '\f';
-            break;
-        case 'n':
-            *cp = '\n';
-            break;
-        case 'r':
-            *cp = '\r';
-            break;
-        case 't':
-            *cp = '\t';
-            break;
-        case 'u': {
-            int h = hex4(p);
-            if (h < 0)
-                return false;
-            p += 4;
-            *cp = (uint32_t)h;
-            if (*cp >= 0xD800 && *cp < 0xDC00 && p[0] == '\\' && p[1] == 'u') {
-                int lo = hex4(p + 2);
-                if (lo >= 0xDC00 && lo < 0xE000) {
-                    *cp = 0x10000 + ((*cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
-                    p += 6;
-                }
-            }
-            /* A lone surrogate is no character, and a NUL would end our C string. */
-            if ((*cp >= 0xD800 && *cp < 0xE000) || *cp == 0)
-                *cp = 0xFFFD;
-            break;
-        }
-        default:
-            return false;
-    }
-    *pp = p;
-    return true;
-}
-
-/* A JSON string, unescaped, into out (NULL: skipped). */
-static bool jstring(struct jscan *j, char *out, size_t cap)
-{
-    size_t n = 0;
-    jws(j);
-    if (*j->p != '"')
-        return false;
-    const char *p = j->p + 1;
-    for (;;) {
-        unsigned char ch = (unsigned char)*p;
-        if (ch == '"')
-            break;
-        if (ch < 0x20) /* the end of the body included */
-            return false;
-        if (ch != '\\') {
-            /* A raw UTF-8 sequence is copied whole, so a cut never splits it. */
-            size_t len = ch >= 0xF0 ? 4 : ch >= 0xE0 ? 3 : ch >= 0xC0 ? 2 : 1;
-            for (size_t k = 1; k < len; k++)
-                if (((unsigned char)p[k] & 0xC0) != 0x80)
-                    len = k; /* malformed: the bytes go one by one */
-            put_bytes(out, cap, &n, p, len);
-            p += len;
-            continue;
-        }
-        uint32_t cp;
-        if (!jescape(&p, &cp))
-            return false;
-        put_utf8(out, cap, &n, cp);
-    }
-    if (out != NULL)
-        out[n < cap ? n : cap - 1] = '\0';
-    j->p = p + 1;
-    return true;
-}
-
-static bool jvalue(struct jscan *j, struct jval *v, int depth);
-
-/* Skips an object or array. */
-static bool jskip(struct jscan *j, int depth)
-{
-    char close = *j->p == '{' ? '}' : ']';
-    if (depth > JSON_DEPTH_MAX)
-        return false;
-    j->p++;
-    if (jlit(j, close))
-        return true;
-    do {
-        struct jval v;
-        if (close == '}' && (!jstring(j, NULL, 0) || !jlit(j, ':')))
-            return false;
-        if (!jvalue(j, &v, depth + 1))
-            return false;
-    } while (jlit(j, ','));
-    return jlit(j, close);
-}
-
-static bool jdigits(const char **p)
-{
-    if (**p < '0' || **p > '9')
-        return false;
-    while (**p >= '0' && **p <= '9')
-        (*p)++;
-    return true;
-}
-
-static bool jvalue(struct jscan *j, struct jval *v, int depth)
-{
-    jws(j);
-    const char *p = j->p;
-    v->s[0] = '\0';
-    v->int_ok = false;
-    if (*p == '"') {
-        v->kind = 's';
-        return jstring(j, v->s, sizeof v->s);
-    }
-    if (*p == '{' || *p == '[') {
-        v->kind = 'x';
-        return jskip(j, depth);
-    }
-    static const struct {
-        const char *word;
-        char kind;
-        bool b;
-    } words[] = {{"true", 'b', true}, {"false", 'b', false}, {"null", 'z', false}};
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
-        size_t len = strlen(words[i].word);
-        if (strncmp(p, words[i].word, len) == 0) {
-            v->kind = words[i].kind;
-            v->b = words[i].b;
-            j->p = p + len;
-            return true;
-        }
-    }
-    bool integral = true;
-    if (*p == '-')
-        p++;
-    if (!jdigits(&p))
-        return false;
-    if (*p == '.') {
-        p++;
-        integral = false;
-        if (!jdigits(&p))
-            return false;
-    }
-    if (*p == 'e' || *p == 'E') {
-        p++;
-        integral = false;
-        if (*p == '+' || *p == '-')
-            p++;
-        if (!jdigits(&p))
-            return false;
-    }
-    v->kind = 'n';
-    if (integral) {
-        errno = 0;
-        v->i = strtoll(j->p, NULL, 10);
-        v->int_ok = errno == 0;
-    }
-    j->p = p;
-    return true;
-}
-
-/* Calls field(ctx, name, j) for each member of an object; field reads the value. */
-static bool jobject(struct jscan *j, bool (*field)(void *, const char *, struct jscan *), void *ctx)
-{
-    if (!jlit(j, '{'))
-        return false;
-    if (jlit(j, '}'))
-        return true;
-    do {
-        char name[32]; /* longer names are cut, and then match no field we know */
-        if (!jstring(j, name, sizeof name) || !jlit(j, ':') || !field(ctx, name, j))
-            return false;
-    } while (jlit(j, ','));
-    return jlit(j, '}');
-}
-
 /* ---- members --------------------------------------------------------------------- */
 
 /* A cluster has 3 or 5 voters, plus a learner or two while one joins. */
 #define MEMBERS_MAX 16
+/* Text fields are cut at TEXT_MAX - 1 bytes, never inside a UTF-8 sequence. */
+#define TEXT_MAX 256
 /* Addresses asked at most: --addr's (at most 8 in the library) and a few
  * hops to a leader that has just moved. */
 #define ASK_MAX 16
@@ -314,7 +33,7 @@ struct member {
     int64_t match, lag, contact_ms;
 };
 
-/* One node's /status, as far as members needs it; absent fields stay "" or -1. */
+/* One node's /members, as far as members needs it; absent fields stay "" or -1. */
 struct view {
     char addr[TEXT_MAX]; /* the client address we asked */
     char node_id[TEXT_MAX];
@@ -329,101 +48,87 @@ struct view {
     struct member m[MEMBERS_MAX];
 };
 
-static void set_text(char *dst, const struct jval *x)
+/* A string field of o into dst (TEXT_MAX bytes), cut at a character;
+ * dst is left as it is if the field is no string. */
+static void set_text(char *dst, const json_t *o, const char *name)
 {
-    if (x->kind == 's')
-        memcpy(dst, x->s, TEXT_MAX);
+    const char *s = json_string_value(json_object_get(o, name));
+    if (s == NULL)
+        return;
+    size_t n = strlen(s);
+    if (n >= TEXT_MAX) {
+        n = TEXT_MAX - 1;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--; /* s[n] would continue the character before the cut */
+    }
+    memcpy(dst, s, n);
+    dst[n] = '\0';
 }
 
-static void set_int(bool *has, int64_t *dst, const struct jval *x)
+/* An integer field of o that fits an int64_t; false if absent or null. */
+static bool set_int(int64_t *dst, const json_t *o, const char *name)
 {
-    *has = x->kind == 'n' && x->int_ok;
-    *dst = x->i;
-}
-
-static bool member_field(void *ctx, const char *name, struct jscan *j)
-{
-    struct member *m = ctx;
-    struct jval x;
-    if (!jvalue(j, &x, 2))
+    const json_t *v = json_object_get(o, name);
+    if (!json_is_integer(v))
         return false;
-    if (!strcmp(name, "id"))
-        set_text(m->id, &x);
-    else if (!strcmp(name, "peer_addr"))
-        set_text(m->peer_addr, &x);
-    else if (!strcmp(name, "client_addr"))
-        set_text(m->client_addr, &x);
-    else if (!strcmp(name, "voter"))
-        m->voter = x.kind == 'b' ? x.b : -1;
-    else if (!strcmp(name, "match_index"))
-        set_int(&m->has_match, &m->match, &x);
-    else if (!strcmp(name, "lag"))
-        set_int(&m->has_lag, &m->lag, &x);
-    else if (!strcmp(name, "last_contact_ms"))
-        set_int(&m->has_contact, &m->contact_ms, &x);
+    *dst = (int64_t)json_integer_value(v);
     return true;
 }
 
-static bool members_array(struct jscan *j, struct view *v)
+/* 1 for true, 0 for false, -1 for anything else. */
+static int tri(const json_t *v)
 {
-    struct jval x;
-    jws(j);
-    if (*j->p != '[') /* null or something new: no members, not an error */
-        return jvalue(j, &x, 1);
-    j->p++;
-    if (jlit(j, ']'))
-        return true;
-    do {
-        jws(j);
-        if (*j->p == '{' && v->n < MEMBERS_MAX) {
-            struct member *m = &v->m[v->n++];
-            memset(m, 0, sizeof *m);
-            m->voter = -1;
-            if (!jobject(j, member_field, m))
-                return false;
-        } else {
-            v->dropped += *j->p == '{';
-            if (!jvalue(j, &x, 2))
-                return false;
-        }
-    } while (jlit(j, ','));
-    return jlit(j, ']');
+    return json_is_boolean(v) ? json_is_true(v) : -1;
 }
 
-static bool view_field(void *ctx, const char *name, struct jscan *j)
+static void parse_member(const json_t *o, struct member *m)
 {
-    struct view *v = ctx;
-    struct jval x;
-    if (!strcmp(name, "members"))
-        return members_array(j, v);
-    if (!jvalue(j, &x, 1))
-        return false;
-    if (!strcmp(name, "node_id"))
-        set_text(v->node_id, &x);
-    else if (!strcmp(name, "role"))
-        set_text(v->role, &x);
-    else if (!strcmp(name, "leader"))
-        set_text(v->leader, &x);
-    else if (!strcmp(name, "leader_addr"))
-        set_text(v->leader_addr, &x);
-    else if (!strcmp(name, "membership"))
-        set_text(v->membership, &x);
-    else if (!strcmp(name, "membership_note"))
-        set_text(v->membership_note, &x);
-    else if (!strcmp(name, "ready"))
-        v->ready = x.kind == 'b' ? x.b : -1;
-    return true;
+    memset(m, 0, sizeof *m);
+    set_text(m->id, o, "id");
+    set_text(m->peer_addr, o, "peer_addr");
+    set_text(m->client_addr, o, "client_addr");
+    const char *role = json_string_value(json_object_get(o, "role"));
+    if (role == NULL) /* /status: a voter flag */
+        m->voter = tri(json_object_get(o, "voter"));
+    else
+        m->voter = !strcmp(role, "voter") ? 1 : !strcmp(role, "learner") ? 0 : -1;
+    m->has_match = set_int(&m->match, o, "match_index");
+    m->has_lag = set_int(&m->lag, o, "lag");
+    m->has_contact = set_int(&m->contact_ms, o, "last_contact_ms");
 }
 
-static bool parse_view(const char *body, struct view *v)
+/* A /members document into v, or the /status of a server older than
+ * /members (the leader as an id and leader_addr, each member's voter
+ * flag); false if it is neither (no members array). */
+static bool parse_view(const json_t *doc, struct view *v)
 {
-    struct jscan j = {.p = body};
+    const json_t *ms = json_object_get(doc, "members");
+    const json_t *leader = json_object_get(doc, "leader");
     memset(v, 0, sizeof *v);
-    v->ready = -1;
-    if (!jobject(&j, view_field, v))
+    if (!json_is_array(ms))
         return false;
-    jws(&j);
-    return *j.p == '\0';
+    set_text(v->node_id, doc, "node_id");
+    set_text(v->role, doc, "role");
+    set_text(v->membership, doc, "membership");
+    set_text(v->membership_note, doc, "membership_note");
+    v->ready = tri(json_object_get(doc, "ready"));
+    if (json_is_object(leader)) {
+        set_text(v->leader, leader, "id");
+        set_text(v->leader_addr, leader, "client_addr");
+    } else {
+        set_text(v->leader, doc, "leader");
+        set_text(v->leader_addr, doc, "leader_addr");
+    }
+    for (size_t i = 0; i < json_array_size(ms); i++) {
+        const json_t *o = json_array_get(ms, i);
+        if (!json_is_object(o))
+            continue;
+        if (v->n < MEMBERS_MAX)
+            parse_member(o, &v->m[v->n++]);
+        else
+            v->dropped++;
+    }
+    return true;
 }
 
 /* A NodeId other than "" and 0000000000000000 (what /status says when it
@@ -440,7 +145,7 @@ static bool is_leader(const struct view *v)
 
 struct hunt {
     const struct ctl_opts *o;
-    uint64_t read_ms;     /* each /status read, at most */
+    uint64_t read_ms;     /* each /members read, at most */
     uint64_t deadline_us; /* and all of them (0: no bound) */
     char asked[ASK_MAX][TEXT_MAX];
     int n_asked;
@@ -449,14 +154,13 @@ struct hunt {
     bool have_fallback;
 };
 
-/* Asks addr's admin /status; true if addr is the leader (its view in
+/* Asks addr's admin /members; true if addr is the leader (its view in
  * h->got). A follower's answer is kept as the fallback, and its leader_addr
  * asked next, up to LEADER_HOPS_MAX hops (the leader may just have moved). */
 static bool ask(struct hunt *h, const char *addr, int hops)
 {
     struct tk_addr a;
     const char *why;
-    static char body[1 << 16];
     for (int i = 0; i < h->n_asked; i++)
         if (!strcmp(h->asked[i], addr))
             return false;
@@ -471,8 +175,15 @@ static bool ask(struct hunt *h, const char *addr, int hops)
         return false;
     if (h->deadline_us != 0 && (h->deadline_us - now) / 1000u < ms)
         ms = (h->deadline_us - now) / 1000u;
-    int code = ctl_http_status(a.host, ctl_admin_port(h->o, a.port), body, sizeof body, (int)ms);
-    if (code != 200 || !parse_view(body, &h->got)) {
+    json_t *doc;
+    unsigned aport = ctl_admin_port(h->o, a.port);
+    int code = ctl_http_json(a.host, aport, "/members", (int)ms, &doc);
+    /* A server older than /members: its /status has the same members. */
+    if (code == 404)
+        code = ctl_http_json(a.host, aport, "/status", (int)ms, &doc);
+    bool parsed = doc != NULL && parse_view(doc, &h->got);
+    json_decref(doc);
+    if (!parsed) {
         if (h->o->verbose)
             fprintf(stderr, "ticketctl: %s: %s from the admin port\n", addr,
                     code < 0 ? "no answer" : "bad answer");
@@ -494,15 +205,15 @@ static bool ask(struct hunt *h, const char *addr, int hops)
     return next[0] != '\0' && hops < LEADER_HOPS_MAX && ask(h, next, hops + 1);
 }
 
-int ctl_member_addrs(const char *body, char (*addrs)[CTL_ADDR_CAP], int max)
+int ctl_member_addrs(const json_t *status, char (*addrs)[CTL_ADDR_CAP], int max)
 {
-    static struct view v;
+    const json_t *ms = json_object_get(status, "members");
     int n = 0;
-    if (!parse_view(body, &v))
-        return 0;
-    for (uint32_t i = 0; i < v.n && n < max; i++)
-        if (v.m[i].client_addr[0] != '\0' && strlen(v.m[i].client_addr) < CTL_ADDR_CAP)
-            snprintf(addrs[n++], CTL_ADDR_CAP, "%s", v.m[i].client_addr);
+    for (size_t i = 0; i < json_array_size(ms) && n < max; i++) {
+        const char *a = json_string_value(json_object_get(json_array_get(ms, i), "client_addr"));
+        if (a != NULL && a[0] != '\0' && strlen(a) < CTL_ADDR_CAP)
+            snprintf(addrs[n++], CTL_ADDR_CAP, "%s", a);
+    }
     return n;
 }
 
@@ -526,6 +237,12 @@ static void cell_int(char *out, size_t cap, bool has, int64_t v, const char *uni
         snprintf(out, cap, "-");
 }
 
+/* v as a JSON integer if has and v >= 0, else null. */
+static json_t *count_or_null(bool has, int64_t v)
+{
+    return has && v >= 0 ? json_integer(v) : json_null();
+}
+
 /* The table (or JSON array) of v's members. Match, lag and last contact
  * are shown only from the leader: a follower tracks none of them. */
 static void print_members(const struct ctl_opts *o, const struct view *v, bool leader_view)
@@ -537,29 +254,27 @@ static void print_members(const struct ctl_opts *o, const struct view *v, bool l
     bool mark[MEMBERS_MAX];
     const char *leader = leader_view ? v->node_id : id_known(v->leader) ? v->leader : "";
     size_t width[COLS];
-    if (o->json)
-        printf("[");
+    json_t *list = o->json ? json_array() : NULL;
     for (int c = 0; c < COLS; c++)
         width[c] = strlen(heads[c]);
     for (uint32_t i = 0; i < v->n; i++) {
         const struct member *m = &v->m[i];
         const char *role = m->voter < 0 ? "" : m->voter ? "voter" : "learner";
         mark[i] = leader[0] != '\0' && strcmp(m->id, leader) == 0;
-        if (o->json) {
-            bool first = true;
-            printf("%s{", i ? "," : "");
-            ctl_json_kstr(stdout, &first, "id", m->id);
-            ctl_json_kbool(stdout, &first, "leader", mark[i]);
-            ctl_json_kstr(stdout, &first, "role", role[0] ? role : NULL);
-            ctl_json_kstr(stdout, &first, "peer_addr", m->peer_addr);
-            ctl_json_kstr(stdout, &first, "client_addr", m->client_addr);
+        if (list != NULL) {
+            json_t *j = json_object();
+            json_object_set_new(j, "id", ctl_jstr(m->id));
+            json_object_set_new(j, "leader", json_boolean(mark[i]));
+            json_object_set_new(j, "role", ctl_jstr(role[0] ? role : NULL));
+            json_object_set_new(j, "peer_addr", ctl_jstr(m->peer_addr));
+            json_object_set_new(j, "client_addr", ctl_jstr(m->client_addr));
             /* -1 (unknown) and what a follower reports are null. */
-            ctl_json_kint(stdout, &first, "match_index",
-                          leader_view && m->has_match && m->match >= 0, m->match);
-            ctl_json_kint(stdout, &first, "lag", leader_view && m->has_lag && m->lag >= 0, m->lag);
-            ctl_json_kint(stdout, &first, "last_contact_ms",
-                          leader_view && m->has_contact && m->contact_ms >= 0, m->contact_ms);
-            printf("}");
+            json_object_set_new(j, "match_index",
+                                count_or_null(leader_view && m->has_match, m->match));
+            json_object_set_new(j, "lag", count_or_null(leader_view && m->has_lag, m->lag));
+            json_object_set_new(j, "last_contact_ms",
+                                count_or_null(leader_view && m->has_contact, m->contact_ms));
+            json_array_append_new(list, j);
             continue;
         }
         cell_text(cells[i][0], m->id);
@@ -573,8 +288,8 @@ static void print_members(const struct ctl_opts *o, const struct view *v, bool l
             if (strlen(cells[i][c]) > width[c])
                 width[c] = strlen(cells[i][c]);
     }
-    if (o->json) {
-        printf("]\n");
+    if (list != NULL) {
+        ctl_json_print(stdout, list, "\n");
         return;
     }
     printf(" ");

@@ -514,13 +514,12 @@ static int finish(const struct rm *r, int code, const char *outcome, const char 
                 *c = '?';
     }
     if (r->o->json) {
-        bool first = true;
-        putchar('{');
-        ctl_json_kstr(stdout, &first, "outcome", outcome);
-        ctl_json_kstr(stdout, &first, "id", r->id_text);
+        json_t *j = json_object();
+        json_object_set_new(j, "outcome", ctl_jstr(outcome));
+        json_object_set_new(j, "id", ctl_jstr(r->id_text));
         if (text != NULL)
-            ctl_json_kstr(stdout, &first, "reason", msg);
-        printf("}\n");
+            json_object_set_new(j, "reason", ctl_jstr(msg));
+        ctl_json_print(stdout, j, "\n");
     } else if (text == NULL) {
         printf("removed %s\n", r->id_text);
     } else {

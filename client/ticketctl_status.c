@@ -1,6 +1,7 @@
 /* ticketctl status, and what it shares with members (ticketctl_members.c):
- * both read the admin /status (client port + 2, or --admin-port) over plain
- * HTTP instead of the client protocol, so they need no secret.
+ * both read the admin port (client port + 2, or --admin-port; /status
+ * here, /members there) over plain HTTP instead of the client protocol,
+ * so they need no secret, and parse its JSON with Jansson.
  *
  * status prints each node's role, term, leader and commit index as far as
  * the node reports them (a standalone node has no cluster fields beyond its
@@ -24,7 +25,7 @@
 /* Members a leader's /status lists that status asks too. */
 #define MEMBERS_LISTED_MAX 16
 
-/* ---- the admin /status, shared with members -------------------------------------- */
+/* ---- the admin port, shared with members -------------------------------------- */
 
 unsigned ctl_admin_port(const struct ctl_opts *o, unsigned port)
 {
@@ -85,9 +86,14 @@ static int connect_timeout(const char *host, unsigned port, int timeout_ms)
     return fd;
 }
 
-/* GET /status from host:port; the body (NUL-terminated) into body.
- * Returns the HTTP status code or -1. */
-int ctl_http_status(const char *host, unsigned port, char *body, size_t cap, int timeout_ms)
+/* GET path from host:port; the body (NUL-terminated) into body (cap
+ * bytes). Returns the HTTP status code or -1. */
+static int http_get(const char *host,
+                    unsigned port,
+                    const char *path,
+                    char *body,
+                    size_t cap,
+                    int timeout_ms)
 {
     static char buf[1 << 16];
     uint64_t end = tk_client_now_us() + (uint64_t)timeout_ms * 1000u;
@@ -95,10 +101,10 @@ int ctl_http_status(const char *host, unsigned port, char *body, size_t cap, int
     if (fd < 0)
         return -1;
     char req[512];
-    int n = snprintf(req, sizeof req,
-                     "GET /status HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host);
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n",
+                     path, host);
     size_t len = 0;
-    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+    if (n < 0 || (size_t)n >= sizeof req || send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
         close(fd);
         return -1;
     }
@@ -125,45 +131,56 @@ int ctl_http_status(const char *host, unsigned port, char *body, size_t cap, int
     if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1 || hdr_end == NULL)
         return -1;
     snprintf(body, cap, "%s", hdr_end + 4);
-    for (size_t l = strlen(body); l > 0 && (body[l - 1] == '\n' || body[l - 1] == '\r'); l--)
-        body[l - 1] = '\0';
+    return code;
+}
+
+int ctl_http_json(const char *host, unsigned port, const char *path, int timeout_ms, json_t **doc)
+{
+    static char body[1 << 16];
+    *doc = NULL;
+    int code = http_get(host, port, path, body, sizeof body, timeout_ms);
+    if (code != 200)
+        return code;
+    /* Strict RFC 8259 (Jansson): one object, in UTF-8, nothing after it
+     * but white space, no key twice. */
+    json_error_t err;
+    json_t *v = json_loads(body, JSON_REJECT_DUPLICATES, &err);
+    if (v != NULL && !json_is_object(v)) {
+        json_decref(v);
+        v = NULL;
+    }
+    *doc = v;
     return code;
 }
 
 /* ---- status -------------------------------------------------------------------- */
 
-/* The value of a top-level-looking "name": field (a string without its
- * quotes, or a bare number/word); "-" if absent. Good enough for the flat
- * fields of /status, which may or may not carry the cluster fields yet. */
-static void json_field(const char *json, const char *name, char *out, size_t cap)
+/* The value of a top-level field as text: a string as it is (controls as
+ * '?', so a server cannot steer the terminal), a number or word as JSON
+ * writes it; "-" if absent. At most cap - 1 bytes. */
+static void field_text(const json_t *doc, const char *name, char *out, size_t cap)
 {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", name);
-    const char *p = strstr(json, pat);
-    snprintf(out, cap, "-");
-    if (p == NULL)
-        return;
-    p += strlen(pat);
-    size_t n = 0;
-    if (*p == '"') {
-        p++;
-        while (p[n] && p[n] != '"')
-            n++;
-    } else {
-        while (p[n] && p[n] != ',' && p[n] != '}' && p[n] != ']')
-            n++;
-    }
-    if (n >= cap)
-        n = cap - 1;
-    memcpy(out, p, n);
-    out[n] = '\0';
+    const json_t *v = json_object_get(doc, name);
+    if (v == NULL || json_is_object(v) || json_is_array(v))
+        snprintf(out, cap, "-");
+    else if (json_is_string(v))
+        snprintf(out, cap, "%s", json_string_value(v));
+    else if (json_is_integer(v))
+        snprintf(out, cap, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        snprintf(out, cap, "%g", json_real_value(v));
+    else
+        snprintf(out, cap, "%s", json_is_true(v) ? "true" : json_is_false(v) ? "false" : "null");
+    for (char *c = out; *c != '\0'; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
 }
 
-static void status_human(const char *addr, const char *admin, bool ok, int code, const char *body)
+static void status_human(const char *addr, const char *admin, int code, const json_t *doc)
 {
     static const char *const fields[] = {"role",         "term", "leader", "leader_addr",
                                          "commit_index", "mode", "node_id"};
-    if (!ok) {
+    if (doc == NULL) {
         printf("%s  unreachable (admin %s: %s)\n", addr, admin,
                code < 0 ? "no answer" : "bad answer");
         return;
@@ -171,14 +188,12 @@ static void status_human(const char *addr, const char *admin, bool ok, int code,
     printf("%s", addr);
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         char v[128];
-        json_field(body, fields[i], v, sizeof v);
+        field_text(doc, fields[i], v, sizeof v);
         if (strcmp(v, "-") != 0 || i < 5) /* the first five always, others if present */
             printf("  %s=%s", fields[i], v);
     }
     /* A leader that lost its majority still calls itself one for a while. */
-    char serving[8];
-    json_field(body, "serving", serving, sizeof serving);
-    printf("%s\n", strcmp(serving, "false") == 0 ? "  serving=false" : "");
+    printf("%s\n", json_is_false(json_object_get(doc, "serving")) ? "  serving=false" : "");
 }
 
 /* Nodes status asks at most: the --addr ones (at most 8 in the library),
@@ -208,58 +223,58 @@ static void add_addr(struct probe *pr, const char *addr, size_t len)
  * the first leader to answer names. */
 static void probe_one(const struct ctl_opts *o, struct probe *pr, int i)
 {
-    static char body[1 << 16];
     static char more[MEMBERS_LISTED_MAX][CTL_ADDR_CAP];
     const char *addr = pr->addr[i];
-    char admin[CTL_ADDR_CAP + 8], role[16], serving[8];
+    char admin[CTL_ADDR_CAP + 8];
     struct tk_addr a;
     const char *why;
     unsigned aport = 0;
     int code = -1;
+    json_t *doc = NULL;
     /* Checked before anything was asked for --addr; a member's address
      * comes from a server, and a bad one is a node that did not answer. */
     if (tk_addr_parse(addr, strlen(addr), &a, &why) == TK_OK &&
         (aport = ctl_admin_port(o, a.port)) != 0) {
         a.port = (uint16_t)aport;
         tk_addr_format(&a, admin, sizeof admin);
-        code = ctl_http_status(a.host, aport, body, sizeof body, (int)o->timeout_ms);
+        code = ctl_http_json(a.host, aport, "/status", (int)o->timeout_ms, &doc);
     } else {
         snprintf(admin, sizeof admin, "-");
     }
-    bool ok = code == 200 && body[0] == '{' && ctl_json_valid(body);
     if (o->json) {
-        bool first = true;
-        printf("%s{", i ? "," : "");
-        ctl_json_kstr(stdout, &first, "addr", addr);
-        ctl_json_kstr(stdout, &first, "admin", admin);
-        ctl_json_kbool(stdout, &first, "ok", ok);
-        ctl_json_kraw(stdout, &first, "status", ok ? body : "null");
-        putchar('}');
+        json_t *j = json_object();
+        json_object_set_new(j, "addr", ctl_jstr(addr));
+        json_object_set_new(j, "admin", ctl_jstr(admin));
+        json_object_set_new(j, "ok", json_boolean(doc != NULL));
+        json_object_set_new(j, "status", doc != NULL ? json_incref(doc) : json_null());
+        if (i > 0)
+            putchar(',');
+        ctl_json_print(stdout, j, "");
     } else {
-        status_human(addr, admin, ok, code, body);
+        status_human(addr, admin, code, doc);
     }
-    if (!ok) {
+    if (doc == NULL) {
         size_t n = strlen(pr->missing);
         snprintf(pr->missing + n, sizeof pr->missing - n, "%s%s", n ? ", " : "", addr);
         return;
     }
     pr->answered++;
-    json_field(body, "role", role, sizeof role);
-    json_field(body, "serving", serving, sizeof serving);
-    if (strcmp(role, "leader") != 0 || strcmp(serving, "false") == 0) {
-        char la[CTL_ADDR_CAP];
-        json_field(body, "leader_addr", la, sizeof la);
-        if (pr->named_leader[0] == '\0' && strcmp(la, "-") != 0)
+    const char *role = json_string_value(json_object_get(doc, "role"));
+    if (role == NULL || strcmp(role, "leader") != 0 ||
+        json_is_false(json_object_get(doc, "serving"))) {
+        const char *la = json_string_value(json_object_get(doc, "leader_addr"));
+        if (pr->named_leader[0] == '\0' && la != NULL && la[0] != '\0')
             snprintf(pr->named_leader, sizeof pr->named_leader, "%s", la);
-        return;
+    } else {
+        pr->leaders++;
+        if (!pr->members_added) {
+            pr->members_added = true;
+            int m = ctl_member_addrs(doc, more, MEMBERS_LISTED_MAX);
+            for (int k = 0; k < m; k++)
+                add_addr(pr, more[k], strlen(more[k]));
+        }
     }
-    pr->leaders++;
-    if (pr->members_added)
-        return;
-    pr->members_added = true;
-    int m = ctl_member_addrs(body, more, MEMBERS_LISTED_MAX);
-    for (int k = 0; k < m; k++)
-        add_addr(pr, more[k], strlen(more[k]));
+    json_decref(doc);
 }
 
 static int status_all(const struct ctl_opts *o)

@@ -1,5 +1,6 @@
 /* The admin HTTP listener on client port + 2: /healthz, /readyz, /status
- * (JSON) and /metrics (Prometheus text). A thread of its own serves up to
+ * and /members (JSON, written with core/json) and /metrics (Prometheus
+ * text). A thread of its own serves up to
  * --max-admin-connections at once without ever blocking on one of them:
  * requests are read and answers written as the sockets allow, each
  * connection has a deadline, and at the cap the oldest connection goes. It
@@ -15,6 +16,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "net/admin_http.h"
 #include "net/metrics.h"
 #include "net/server.h"
@@ -152,28 +154,43 @@ static bool stalled(struct tk_server *s, char *why, size_t cap)
     return false;
 }
 
+/* /status: the node's own fields, then the Raft thread's. Returns 0 if
+ * it does not fit (RSP_MAX is far above its worst case). */
 static size_t render_status(struct tk_server *s, char *buf, size_t cap)
 {
-    int n =
-        snprintf(buf, cap,
-                 "{\"node_id\":\"%016llx\",\"domain\":\"%016llx%016llx\",\"advertise\":\"%s\","
-                 "\"workers\":%u,\"connections\":%llu,\"keys\":%llu,\"held\":%llu,\"waiters\":%llu,"
-                 "\"grants\":%llu,\"tls\":%s,",
-                 (unsigned long long)s->node_id, (unsigned long long)atomic_load(&s->domain_hi),
-                 (unsigned long long)atomic_load(&s->domain_lo), s->advertise, s->nworkers,
-                 (unsigned long long)wstat_sum(s, TK_WSTAT_conns_open),
-                 (unsigned long long)wstat_sum(s, TK_WSTAT_keys),
-                 (unsigned long long)wstat_sum(s, TK_WSTAT_held),
-                 (unsigned long long)wstat_sum(s, TK_WSTAT_waiters),
-                 (unsigned long long)wstat_sum(s, TK_WSTAT_grants), s->tls ? "true" : "false");
-    if (n < 0 || (size_t)n >= cap)
+    static char raft[RSP_MAX]; /* the admin thread's alone */
+    struct tk_json j;
+    char domain[33];
+    snprintf(domain, sizeof(domain), "%016llx%016llx",
+             (unsigned long long)atomic_load(&s->domain_hi),
+             (unsigned long long)atomic_load(&s->domain_lo));
+    tk_json_init(&j, buf, cap > 0 ? cap - 1 : 0); /* room for the "\n" */
+    tk_json_obj_open(&j);
+    tk_json_khex64(&j, "node_id", s->node_id);
+    tk_json_kstr(&j, "domain", domain);
+    tk_json_kstr(&j, "advertise", s->advertise);
+    tk_json_kuint(&j, "workers", s->nworkers);
+    tk_json_kuint(&j, "connections", wstat_sum(s, TK_WSTAT_conns_open));
+    tk_json_kuint(&j, "keys", wstat_sum(s, TK_WSTAT_keys));
+    tk_json_kuint(&j, "held", wstat_sum(s, TK_WSTAT_held));
+    tk_json_kuint(&j, "waiters", wstat_sum(s, TK_WSTAT_waiters));
+    tk_json_kuint(&j, "grants", wstat_sum(s, TK_WSTAT_grants));
+    tk_json_kbool(&j, "tls", s->tls);
+    tk_json_raw(&j, raft, tk_raftd_status(s, raft, sizeof(raft)));
+    tk_json_obj_close(&j);
+    size_t off = tk_json_end(&j);
+    if (off == 0)
         return 0;
-    size_t off = (size_t)n;
-    off += tk_raftd_status(s, buf + off, cap - off);
-    if (off + 2 < cap) {
-        buf[off++] = '}';
+    buf[off++] = '\n';
+    return off;
+}
+
+/* /members: the Raft thread's document as it is. */
+static size_t render_members(struct tk_server *s, char *buf, size_t cap)
+{
+    size_t off = tk_raftd_members(s, buf, cap - 1);
+    if (off > 0)
         buf[off++] = '\n';
-    }
     return off;
 }
 
@@ -199,7 +216,7 @@ struct admin_conn {
     char *out;  /* the part of the answer not written yet, or NULL */
     size_t out_len, out_off;
     char *req;  /* REQ_MAX + 1 bytes, from the accept to the close */
-    bool later; /* a whole request for /status or /metrics, in the later queue */
+    bool later; /* a whole request for /status, /members or /metrics, in the later queue */
 };
 
 /* Connections live in fixed slots (fd -1: free), so an epoll event can
@@ -209,19 +226,19 @@ struct admin {
     struct admin_conn *c;
     uint32_t *free_slots;
     uint32_t n, cap, nfree;
-    /* The answers to /status and /metrics wait in a queue (of cap entries:
+    /* The answers to /status, /members and /metrics wait in a queue (of cap entries:
      * a connection is in it once at most) and are written LATER_BUDGET_US
      * at most each round, after everything else the round had. */
     uint32_t *later; /* slots */
     uint32_t later_head, nlater;
     int ep;
     uint64_t next_sweep_us;
-    /* /status and /metrics are rendered at most once a round, into
+    /* /status, /members and /metrics are rendered at most once a round, into
      * RSP_MAX bytes each: a burst of scrapes costs one render, not one
      * each. */
-    uint64_t round, status_round, metrics_round;
-    size_t status_len, metrics_len;
-    char *status, *metrics;
+    uint64_t round, status_round, members_round, metrics_round;
+    size_t status_len, members_len, metrics_len;
+    char *status, *members, *metrics;
 };
 
 static void conn_close(struct admin *a, uint32_t i)
@@ -272,6 +289,7 @@ static void answer(struct admin *a,
     const char *reason = code == 200   ? "OK"
                          : code == 404 ? "Not Found"
                          : code == 405 ? "Method Not Allowed"
+                         : code == 500 ? "Internal Server Error"
                          : code == 503 ? "Service Unavailable"
                                        : "Bad Request";
     int hn = snprintf(head, sizeof(head),
@@ -312,7 +330,17 @@ static void answer(struct admin *a,
     admin_stats.pending_bytes += rest;
 }
 
-/* Answers one complete request (req[len] is NUL). /status and /metrics
+/* A JSON document, or 500 if it could not be rendered (never expected:
+ * the buffers are sized for the worst case). */
+static void answer_json(struct admin *a, uint32_t i, const char *body, size_t len, bool head_only)
+{
+    if (len == 0)
+        answer(a, i, 500, "text/plain", "no document\n", 12, head_only);
+    else
+        answer(a, i, 200, "application/json", body, len, head_only);
+}
+
+/* Answers one complete request (req[len] is NUL). /status, /members and /metrics
  * go to the later queue unless late: the probes that arrive with a burst
  * of scrapes are answered before the burst is. */
 static void serve(struct admin *a, uint32_t i, bool late)
@@ -321,7 +349,8 @@ static void serve(struct admin *a, uint32_t i, bool late)
     struct admin_conn *c = &a->c[i];
     bool head_only = false; /* a 400 after a HEAD still gets its body */
     enum tk_admin_route route = tk_admin_http_parse(c->req, c->len, &head_only);
-    if (!late && (route == TK_ADMIN_STATUS || route == TK_ADMIN_METRICS)) {
+    if (!late &&
+        (route == TK_ADMIN_STATUS || route == TK_ADMIN_MEMBERS || route == TK_ADMIN_METRICS)) {
         TK_ASSERT(!c->later && a->nlater < a->cap);
         c->later = true;
         uint32_t at = (a->later_head + a->nlater++) % a->cap;
@@ -354,7 +383,14 @@ static void serve(struct admin *a, uint32_t i, bool late)
                 a->status_len = render_status(s, a->status, RSP_MAX);
                 a->status_round = a->round;
             }
-            answer(a, i, 200, "application/json", a->status, a->status_len, head_only);
+            answer_json(a, i, a->status, a->status_len, head_only);
+            break;
+        case TK_ADMIN_MEMBERS:
+            if (a->members_round != a->round) {
+                a->members_len = render_members(s, a->members, RSP_MAX);
+                a->members_round = a->round;
+            }
+            answer_json(a, i, a->members, a->members_len, head_only);
             break;
         case TK_ADMIN_METRICS:
             if (a->metrics_round != a->round) {
@@ -520,13 +556,14 @@ static void *admin_main(void *arg)
     pthread_setname_np(pthread_self(), "tk-admin");
     struct admin a = {.s = s, .cap = s->opt.max_admin_connections, .ep = -1};
     a.status = malloc(RSP_MAX);
+    a.members = malloc(RSP_MAX);
     a.metrics = malloc(RSP_MAX);
     a.c = calloc(a.cap, sizeof(*a.c));
     a.free_slots = calloc(a.cap, sizeof(*a.free_slots));
     a.later = calloc(a.cap, sizeof(*a.later));
     a.ep = epoll_create1(EPOLL_CLOEXEC);
-    TK_ASSERT(a.status != NULL && a.metrics != NULL && a.c != NULL && a.free_slots != NULL &&
-              a.later != NULL);
+    TK_ASSERT(a.status != NULL && a.members != NULL && a.metrics != NULL && a.c != NULL &&
+              a.free_slots != NULL && a.later != NULL);
     TK_ASSERT(a.ep >= 0);
     for (uint32_t i = a.cap; i-- > 0;) {
         a.c[i].fd = -1;
@@ -546,6 +583,7 @@ static void *admin_main(void *arg)
     free(a.free_slots);
     free(a.c);
     free(a.metrics);
+    free(a.members);
     free(a.status);
     return NULL;
 }

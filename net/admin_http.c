@@ -61,6 +61,8 @@ enum tk_admin_route tk_admin_http_parse(const char *req, size_t len, bool *head_
         return TK_ADMIN_READYZ;
     if (http_is(path, path_len, "/status"))
         return TK_ADMIN_STATUS;
+    if (http_is(path, path_len, "/members"))
+        return TK_ADMIN_MEMBERS;
     if (http_is(path, path_len, "/metrics"))
         return TK_ADMIN_METRICS;
     return TK_ADMIN_NOT_FOUND;

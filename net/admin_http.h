@@ -18,6 +18,7 @@ enum tk_admin_route {
     TK_ADMIN_HEALTHZ,         /* 200 */
     TK_ADMIN_READYZ,          /* 200 or 503 */
     TK_ADMIN_STATUS,          /* 200, JSON */
+    TK_ADMIN_MEMBERS,         /* 200, JSON */
     TK_ADMIN_METRICS,         /* 200, Prometheus text */
     TK_ADMIN_NOT_FOUND,       /* 404 */
 };

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "net/server.h"
 
 static int log_level = TK_LOG_INFO;
@@ -43,75 +44,30 @@ void tk_accept_done(struct tk_accept *a, int res, bool more, uint64_t now_us, co
     }
 }
 
-/* The length of the UTF-8 sequence at p (n bytes left): 1 to 4, or 0 if
- * it is not well-formed (RFC 3629: no overlong forms, no surrogates,
- * nothing above U+10FFFF, no sequence cut short). */
-static size_t utf8_len(const unsigned char *p, size_t n)
-{
-    unsigned char c = p[0];
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xbf; /* bounds of the second byte */
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-    } else {
-        return 0;
-    }
-    if (n < len || p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
-    return len;
-}
-
 /* Appends msg to out[*pos..lim) escaped for the format, whole characters
  * only; if it does not all fit, ends it with "..." (room for which lies
- * beyond lim: the caller keeps 3 bytes). */
+ * beyond lim: the caller keeps 3 bytes). JSON escapes are core/json's,
+ * so a log line escapes as /status does. */
 static void put_msg(char *out, size_t *pos, size_t lim, bool json, const char *msg, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *m = (const unsigned char *)msg;
     size_t o = *pos;
     for (size_t i = 0; i < len;) {
-        char esc[8];
+        char esc[TK_JSON_ESCAPE_MAX];
         size_t elen, step = 1;
         unsigned char c = m[i];
-        if (json && (c == '"' || c == '\\')) {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            elen = 2;
+        if (json) {
+            elen = tk_json_escape_char(m + i, len - i, esc, &step);
         } else if (c < 0x20 || c == 0x7f) {
-            if (json)
-                memcpy(esc, "\\u00", 4);
-            else
-                memcpy(esc, "\\x", 2);
-            elen = json ? 4 : 2;
-            esc[elen++] = hex[c >> 4];
-            esc[elen++] = hex[c & 15];
-        } else if (c < 0x80 || !json) {
+            esc[0] = '\\';
+            esc[1] = 'x';
+            esc[2] = hex[c >> 4];
+            esc[3] = hex[c & 15];
+            elen = 4;
+        } else {
             esc[0] = (char)c;
             elen = 1;
-        } else if ((step = utf8_len(m + i, len - i)) == 0) {
-            memcpy(esc, "\\ufffd", 6);
-            elen = 6;
-            step = 1;
-        } else {
-            memcpy(esc, m + i, step);
-            elen = step;
         }
         if (o + elen > lim) {
             memcpy(out + o, "...", 3);

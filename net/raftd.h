@@ -9,10 +9,21 @@
 
 #include <pthread.h>
 
+#include "core/json.h"
 #include "net/metrics.h"
 #include "net/peer.h"
 #include "net/server.h"
 #include "raft/driver.h"
+
+/* The longest JSON text the Raft thread publishes (/status's Raft fields,
+ * the /members document): the leader's addresses, every member's and the
+ * membership note at their longest with every byte escaped, each member's
+ * other fields in 256 bytes and everything else in 1 KiB. */
+#define RAFTD_MEMBER_JSON_MAX (256 + 2 * TK_JSON_STR_MAX(TK_RAFT_ADDR_MAX))
+#define RAFTD_JSON_MAX                                                \
+    (1024 + 3 * TK_JSON_STR_MAX(TK_RAFT_ADDR_MAX) +                   \
+     TK_JSON_STR_MAX(sizeof(((struct tk_driver_members *)0)->note)) + \
+     TK_RAFT_MEMBERS_MAX * RAFTD_MEMBER_JSON_MAX)
 
 #define STATUS_PERIOD_US 100000u
 #define PRUNE_PERIOD_US 250000u
@@ -52,7 +63,10 @@ struct tk_raftd {
 
     /* Published for the admin thread. */
     pthread_mutex_t pub_mu;
-    char status_json[16384];
+    char status_json[RAFTD_JSON_MAX]; /* /status's Raft fields (raftd_status.c) */
+    size_t status_len;
+    char members_json[RAFTD_JSON_MAX]; /* the /members document */
+    size_t members_len;
     char raft_metrics[16384];
     uint64_t pub_at;
     _Atomic int ready;

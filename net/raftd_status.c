@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "net/raftd.h"
 #include "raft/members.h"
 
@@ -73,6 +74,134 @@ static void member_metrics(struct tk_raftd *r,
     }
 }
 
+/* What /status and /members are made of, read once a publish. */
+struct pub {
+    struct tk_raftd *r;
+    const struct tk_raft_status *st;
+    const struct tk_driver_members *dm;
+    const struct tk_raft_config *cfg;    /* NULL before the first configuration */
+    const struct tk_raft_member *leader; /* the known leader's entry, or NULL */
+    bool ready;
+};
+
+/* The last contact with member ms in milliseconds, as the leader sees it
+ * (0 for itself); -1 where this node does not know it (not leading). */
+static int64_t member_contact_ms(const struct pub *p, const struct tk_raft_member_status *ms)
+{
+    if (p->st->role != TK_RAFT_LEADER)
+        return -1;
+    if (ms->id == p->st->id || p->r->now < ms->last_heard_us)
+        return 0;
+    return (int64_t)((p->r->now - ms->last_heard_us) / 1000u);
+}
+
+/* One member as /status and /members list it. typed (/members): what only
+ * the leader knows is null elsewhere, and the role is a word; /status
+ * keeps its older form (a voter flag, 0 and -1 for the unknown). */
+static void member_json(struct tk_json *j,
+                        const struct pub *p,
+                        const struct tk_raft_member_status *ms,
+                        bool typed)
+{
+    const struct tk_raft_member *mb = tk_raft_config_find(p->cfg, ms->id);
+    bool leading = p->st->role == TK_RAFT_LEADER;
+    uint64_t lag = leading && p->st->commit > ms->match ? p->st->commit - ms->match : 0;
+    tk_json_obj_open(j);
+    tk_json_khex64(j, "id", ms->id);
+    if (typed)
+        tk_json_kstr(j, "role", ms->role == TK_RAFT_VOTER ? "voter" : "learner");
+    else
+        tk_json_kbool(j, "voter", ms->role == TK_RAFT_VOTER);
+    tk_json_kstr(j, "peer_addr", mb ? mb->peer_addr : typed ? NULL : "");
+    tk_json_kstr(j, "client_addr", mb ? mb->client_addr : typed ? NULL : "");
+    if (typed && !leading) {
+        static const char *const unknown[] = {"match_index", "lag", "last_contact_ms"};
+        for (size_t k = 0; k < TK_ARRAY_LEN(unknown); k++) {
+            tk_json_key(j, unknown[k]);
+            tk_json_null(j);
+        }
+    } else {
+        tk_json_kuint(j, "match_index", ms->match);
+        tk_json_kuint(j, "lag", lag);
+        tk_json_kint(j, "last_contact_ms", member_contact_ms(p, ms));
+    }
+    tk_json_kbool(j, "leader", ms->id == p->st->leader_id);
+    tk_json_obj_close(j);
+}
+
+/* The fields both texts end with: where this node stands, and the members. */
+static void membership_json(struct tk_json *j, const struct pub *p, bool typed)
+{
+    tk_json_kstr(j, "membership", tk_driver_membership_name(p->dm->state));
+    tk_json_kstr(j, "membership_note", p->dm->note);
+    tk_json_kbool(j, "ready", p->ready);
+    tk_json_key(j, "members");
+    tk_json_arr_open(j);
+    for (uint32_t i = 0; p->cfg && i < p->st->n_members; i++)
+        member_json(j, p, &p->st->members[i], typed);
+    tk_json_arr_close(j);
+}
+
+/* The Raft fields of /status: members of its object, without the braces
+ * (net/admin.c puts them after the node's own). */
+static size_t status_fields(const struct pub *p, char *buf, size_t cap)
+{
+    const struct tk_raft_status *st = p->st;
+    struct tk_json j;
+    tk_json_init_members(&j, buf, cap);
+    tk_json_kstr(&j, "role", tk_raft_role_name(st->role));
+    tk_json_kstr(&j, "mode", p->r->peers ? "cluster" : "standalone");
+    tk_json_kuint(&j, "term", st->term);
+    tk_json_khex64(&j, "leader", st->leader_id);
+    tk_json_kstr(&j, "leader_addr", p->leader ? p->leader->client_addr : "");
+    tk_json_kbool(&j, "serving", tk_driver_serving(p->r->d));
+    tk_json_kuint(&j, "commit_index", st->commit);
+    tk_json_kuint(&j, "applied_index", st->applied);
+    tk_json_kuint(&j, "last_index", st->last_index);
+    tk_json_kuint(&j, "snapshot_index", st->snapshot_index);
+    tk_json_kuint(&j, "log_entries", st->log_entries);
+    tk_json_kuint(&j, "next_token", st->token_next);
+    membership_json(&j, p, false);
+    /* raftd.h sizes the buffer for the longest addresses and note. */
+    TK_ASSERT(tk_json_ok(&j));
+    return j.len;
+}
+
+/* /members: the domain, the term, the leader as far as this node knows it,
+ * and the members; match, lag and last contact only on the leader. */
+static size_t members_doc(const struct pub *p, char *buf, size_t cap)
+{
+    const struct tk_raft_status *st = p->st;
+    char domain[33];
+    snprintf(domain, sizeof(domain), "%016llx%016llx",
+             (unsigned long long)(p->cfg ? p->cfg->domain_hi : 0),
+             (unsigned long long)(p->cfg ? p->cfg->domain_lo : 0));
+    struct tk_json j;
+    tk_json_init(&j, buf, cap);
+    tk_json_obj_open(&j);
+    tk_json_khex64(&j, "node_id", p->r->s->node_id);
+    tk_json_kstr(&j, "domain", domain);
+    tk_json_kstr(&j, "mode", p->r->peers ? "cluster" : "standalone");
+    tk_json_kstr(&j, "role", tk_raft_role_name(st->role));
+    tk_json_kuint(&j, "term", st->term);
+    tk_json_kstr(&j, "view", st->role == TK_RAFT_LEADER ? "leader" : "member");
+    tk_json_key(&j, "leader");
+    if (st->leader_id == 0) {
+        tk_json_null(&j);
+    } else {
+        tk_json_obj_open(&j);
+        tk_json_khex64(&j, "id", st->leader_id);
+        tk_json_kstr(&j, "peer_addr", p->leader ? p->leader->peer_addr : NULL);
+        tk_json_kstr(&j, "client_addr", p->leader ? p->leader->client_addr : NULL);
+        tk_json_obj_close(&j);
+    }
+    membership_json(&j, p, true);
+    tk_json_obj_close(&j);
+    size_t len = tk_json_end(&j);
+    TK_ASSERT(len > 0); /* sized for the worst case in raftd.h */
+    return len;
+}
+
 void raftd_publish(struct tk_raftd *r)
 {
     struct tk_raft_status st;
@@ -83,6 +212,8 @@ void raftd_publish(struct tk_raftd *r)
     struct tk_driver_stats ds;
     tk_driver_stats(r->d, &ds);
     const struct tk_raft_config *cfg = tk_driver_config(r->d);
+    struct pub p = {.r = r, .st = &st, .dm = &dm, .cfg = cfg};
+    p.leader = st.leader_id && cfg ? tk_raft_config_find(cfg, st.leader_id) : NULL;
     if (cfg) {
         atomic_store(&r->s->domain_lo, cfg->domain_lo);
         atomic_store(&r->s->domain_hi, cfg->domain_hi);
@@ -95,47 +226,16 @@ void raftd_publish(struct tk_raftd *r)
     if (st.role == TK_RAFT_LEADER)
         ready = ready && tk_driver_serving(r->d);
     atomic_store(&r->ready, ready);
+    p.ready = ready;
     uint32_t n_voters = 0, n_learners = 0;
     for (uint32_t i = 0; cfg && i < cfg->n; i++)
         *(cfg->m[i].role == TK_RAFT_VOTER ? &n_voters : &n_learners) += 1;
     char *buf = malloc(sizeof(r->status_json));
+    char *mem = malloc(sizeof(r->members_json));
     TK_ASSERT(buf != NULL);
-    size_t cap = sizeof(r->status_json), off = 0;
-    const struct tk_raft_member *lm =
-        st.leader_id && cfg ? tk_raft_config_find(cfg, st.leader_id) : NULL;
-    off += (size_t)snprintf(
-        buf + off, cap - off,
-        "\"role\":\"%s\",\"mode\":\"%s\",\"term\":%llu,\"leader\":\"%016llx\","
-        "\"leader_addr\":\"%s\",\"serving\":%s,\"commit_index\":%llu,\"applied_index\":%llu,"
-        "\"last_index\":%llu,\"snapshot_index\":%llu,\"log_entries\":%llu,\"next_token\":%llu,"
-        "\"membership\":\"%s\",\"membership_note\":\"%s\",\"ready\":%s,\"members\":[",
-        tk_raft_role_name(st.role), r->peers ? "cluster" : "standalone",
-        (unsigned long long)st.term, (unsigned long long)st.leader_id, lm ? lm->client_addr : "",
-        tk_driver_serving(r->d) ? "true" : "false", (unsigned long long)st.commit,
-        (unsigned long long)st.applied, (unsigned long long)st.last_index,
-        (unsigned long long)st.snapshot_index, (unsigned long long)st.log_entries,
-        (unsigned long long)st.token_next, tk_driver_membership_name(dm.state), dm.note,
-        ready ? "true" : "false");
-    bool leading = st.role == TK_RAFT_LEADER;
-    for (uint32_t i = 0; cfg && i < st.n_members && off < cap; i++) {
-        const struct tk_raft_member_status *ms = &st.members[i];
-        const struct tk_raft_member *mb = tk_raft_config_find(cfg, ms->id);
-        off += (size_t)snprintf(
-            buf + off, cap - off,
-            "%s{\"id\":\"%016llx\",\"voter\":%s,\"peer_addr\":\"%s\","
-            "\"client_addr\":\"%s\",\"match_index\":%llu,\"lag\":%llu,"
-            "\"last_contact_ms\":%lld,\"leader\":%s}",
-            i ? "," : "", (unsigned long long)ms->id, ms->role == TK_RAFT_VOTER ? "true" : "false",
-            mb ? mb->peer_addr : "", mb ? mb->client_addr : "", (unsigned long long)ms->match,
-            (unsigned long long)(leading && st.commit > ms->match ? st.commit - ms->match : 0),
-            leading && ms->id != st.id && r->now >= ms->last_heard_us
-                ? (long long)((r->now - ms->last_heard_us) / 1000u)
-            : leading ? 0LL
-                      : -1LL,
-            ms->id == st.leader_id ? "true" : "false");
-    }
-    if (off < cap)
-        off += (size_t)snprintf(buf + off, cap - off, "]");
+    TK_ASSERT(mem != NULL);
+    size_t status_len = status_fields(&p, buf, sizeof(r->status_json));
+    size_t members_len = members_doc(&p, mem, sizeof(r->members_json));
     struct tk_peer_stats ps = {0};
     if (r->peers)
         tk_peers_stats(r->peers, &ps);
@@ -251,11 +351,14 @@ void raftd_publish(struct tk_raftd *r)
     member_metrics(r, &st, mbuf, mcap, &moff);
     moff = TK_MIN(moff, mcap - 1);
     pthread_mutex_lock(&r->pub_mu);
-    memcpy(r->status_json, buf, sizeof(r->status_json));
-    r->status_json[sizeof(r->status_json) - 1] = 0;
+    memcpy(r->status_json, buf, status_len + 1);
+    r->status_len = status_len;
+    memcpy(r->members_json, mem, members_len + 1);
+    r->members_len = members_len;
     memcpy(r->raft_metrics, mbuf, sizeof(r->raft_metrics));
     pthread_mutex_unlock(&r->pub_mu);
     free(buf);
+    free(mem);
     free(mbuf);
     r->pub_at = r->now;
 }
@@ -275,11 +378,29 @@ size_t tk_raftd_metrics(struct tk_server *s, char *buf, size_t cap)
     return off;
 }
 
+/* A copy of a published JSON text of len bytes, if it fits whole; else
+ * nothing (a cut one would be no JSON). */
+static size_t copy_published(struct tk_raftd *r,
+                             const char *src,
+                             const size_t *len,
+                             char *buf,
+                             size_t cap)
+{
+    pthread_mutex_lock(&r->pub_mu);
+    size_t n = *len < cap ? *len : 0;
+    memcpy(buf, src, n);
+    pthread_mutex_unlock(&r->pub_mu);
+    return n;
+}
+
 size_t tk_raftd_status(struct tk_server *s, char *buf, size_t cap)
 {
     struct tk_raftd *r = s->raft;
-    pthread_mutex_lock(&r->pub_mu);
-    int n = snprintf(buf, cap, "%s", r->status_json);
-    pthread_mutex_unlock(&r->pub_mu);
-    return n < 0 ? 0 : TK_MIN((size_t)n, cap);
+    return copy_published(r, r->status_json, &r->status_len, buf, cap);
+}
+
+size_t tk_raftd_members(struct tk_server *s, char *buf, size_t cap)
+{
+    struct tk_raftd *r = s->raft;
+    return copy_published(r, r->members_json, &r->members_len, buf, cap);
 }

@@ -162,9 +162,14 @@ bool tk_raftd_inline_round(struct tk_server *s, unsigned *work);
 uint64_t tk_raftd_inline_wait_us(struct tk_server *s);
 /* A member of a domain that knows its leader (/readyz). */
 bool tk_raftd_ready(struct tk_server *s);
-/* Appends the Raft metrics / status JSON fields (thread-safe readers). */
+/* Thread-safe readers of what the Raft thread published last (at most
+ * 100 ms ago), into buf (cap bytes); their length. tk_raftd_metrics: the
+ * Raft metrics (cut at cap). tk_raftd_status: /status's Raft fields, the
+ * members of its object without the braces; tk_raftd_members: the whole
+ * /members document. Both JSON texts come whole or not at all (0). */
 size_t tk_raftd_metrics(struct tk_server *s, char *buf, size_t cap);
 size_t tk_raftd_status(struct tk_server *s, char *buf, size_t cap);
+size_t tk_raftd_members(struct tk_server *s, char *buf, size_t cap);
 
 /* The admin HTTP thread (net/admin.c). */
 int tk_admin_start(struct tk_server *s);

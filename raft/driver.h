@@ -153,7 +153,7 @@ const char *tk_driver_membership_name(uint8_t m);
 
 struct tk_driver_members {
     uint8_t state;          /* enum tk_driver_membership */
-    char note[256];         /* why it stands there, for /status (no '"' or '\\') */
+    char note[256];         /* why it stands there, for /status (any bytes: escaped there) */
     uint64_t joins;         /* fresh NodeIds this node added as learners */
     uint64_t changes;       /* membership changes this node proposed as leader */
     uint64_t dials_refused; /* sends to an address neither --peers nor a member has */

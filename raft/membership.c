@@ -186,10 +186,9 @@ static void set_note(struct tk_driver *d, uint8_t state, int level, const char *
     va_start(ap, fmt);
     tk_vfmt(note, sizeof(note), fmt, ap);
     va_end(ap);
-    /* Addresses in it come from peers: keep /status valid JSON. */
-    for (char *c = note; *c; c++)
-        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
-            *c = '?';
+    /* Addresses in it come from peers and may hold any byte: /status and
+     * the log escape it when they write it (core/json.h), so it is kept
+     * as it is. */
     m->state = state;
     if (strcmp(note, m->note) != 0) {
         memcpy(m->note, note, sizeof(note));

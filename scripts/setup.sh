@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Build: compiler, cmake, the four libraries of the design card, xxhash.
+# Build: compiler, cmake, the four libraries of the design card, xxhash,
+# Jansson (ticketctl reads the admin port's JSON with it).
 # Tests: sqlite (client docs example), PostgreSQL (fencing example),
 # python3 (log check, docs check; the Python client and its tests),
 # python3-yaml, prometheus (promtool: the /metrics text and the alert rules)
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 # Fuzzing: clang and its libFuzzer runtime (tests/fuzz/run.sh); clang-format
 # (the format check).
 PKGS=(build-essential cmake pkg-config liburing-dev libwolfssl-dev libjemalloc-dev
-      libcriterion-dev libxxhash-dev libsqlite3-dev curl bc postgresql python3-yaml
+      libcriterion-dev libxxhash-dev libjansson-dev libsqlite3-dev curl bc postgresql python3-yaml
       etcd-server etcd-client redis-server clang libclang-rt-14-dev clang-format python3
       prometheus python3-seccomp jq openssl golang-go python3-venv python3-setuptools
       python3-wheel nftables iproute2 default-jdk-headless junit5 nodejs)

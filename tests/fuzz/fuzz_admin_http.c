@@ -31,6 +31,8 @@ static enum tk_admin_route ref_parse(char *req, bool *head_only)
         return TK_ADMIN_READYZ;
     if (!strcmp(path, "/status"))
         return TK_ADMIN_STATUS;
+    if (!strcmp(path, "/members")) /* added after the move */
+        return TK_ADMIN_MEMBERS;
     if (!strcmp(path, "/metrics"))
         return TK_ADMIN_METRICS;
     return TK_ADMIN_NOT_FOUND;

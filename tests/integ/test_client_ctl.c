@@ -3,7 +3,8 @@
  * token in the environment, the command's exit code passed through, the
  * command stopped when the lease runs out), every outcome has its own exit
  * code, and acquire/release/query/ping/status/members print what scripts
- * need; members shows the leader's view whichever member it asks;
+ * need; members shows the leader's view whichever member it asks, and
+ * reads the /status of a server too old to have /members;
  * remove-member removes a stopped member (which exits 3 when it wakes)
  * but never a live one, and only with the peer secret.
  *
@@ -14,12 +15,15 @@
  * majority killed, and remove-member against it with a follower
  * SIGSTOPped. Time bounds are loose protocol deadlines only.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -435,6 +439,81 @@ Test(ctl, members_of_a_standalone_node_lists_itself_as_leader)
     cr_assert_eq(count(out, "\"id\":"), 1, "%s", out);
     cr_assert_eq(count(out, "\"leader\":true"), 1, "%s", out);
     cr_assert(strstr(out, "}]\n") != NULL, "%s", out);
+}
+
+/* An admin port of a server older than /members: 404 for it, and a
+ * /status of that time (the leader as an id and leader_addr, each
+ * member's voter flag). A child process answers up to `answers`
+ * requests on 127.0.0.1:port, then exits. */
+static pid_t old_admin_port(uint32_t port, int answers)
+{
+    static const char status[] =
+        "{\"node_id\":\"00000000000000aa\",\"role\":\"leader\",\"term\":4,"
+        "\"leader\":\"00000000000000aa\",\"leader_addr\":\"127.0.0.1:1\",\"serving\":true,"
+        "\"membership\":\"voter\",\"members\":["
+        "{\"id\":\"00000000000000aa\",\"voter\":true,\"peer_addr\":\"h:1\",\"client_addr\":\"h:0\","
+        "\"match_index\":9,\"lag\":0,\"last_contact_ms\":0,\"leader\":true},"
+        "{\"id\":\"00000000000000bb\",\"voter\":false,\"peer_addr\":\"i:1\",\"client_addr\":\"i:"
+        "0\","
+        "\"match_index\":7,\"lag\":2,\"last_contact_ms\":15,\"leader\":false}]}";
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    cr_assert_eq(listen(fd, 8), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid > 0) {
+        close(fd);
+        return pid;
+    }
+    for (int k = 0; k < answers; k++) {
+        char req[1024], rsp[2048];
+        int c = accept(fd, NULL, NULL);
+        if (c < 0)
+            _exit(1);
+        ssize_t n = recv(c, req, sizeof req - 1, 0);
+        req[n > 0 ? n : 0] = '\0';
+        bool members = strncmp(req, "GET /members ", 13) == 0;
+        const char *body = members ? "not found\n" : status;
+        int len = snprintf(rsp, sizeof rsp,
+                           "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+                           "Connection: close\r\n\r\n%s",
+                           members ? "404 Not Found" : "200 OK", strlen(body), body);
+        if (send(c, rsp, (size_t)len, MSG_NOSIGNAL) != len)
+            _exit(1);
+        close(c);
+    }
+    _exit(0);
+}
+
+Test(ctl, members_reads_the_status_of_a_server_without_members)
+{
+    uint32_t port = tk_free_port3();
+    char addr[64], *out;
+    struct row rows[8];
+    cr_assert_neq(port, 0);
+    snprintf(addr, sizeof addr, "--addr=127.0.0.1:%u", port);
+    pid_t srv = old_admin_port(port + 2, 4);
+    cr_assert_eq(ctl(ARGS("members", addr), NULL, &out), 0, "%s", out);
+    cr_assert_eq(member_rows(out, rows, 8), 2, "%s", out);
+    cr_assert(rows[0].leader, "%s", out);
+    cr_assert_str_eq(rows[0].id, "00000000000000aa", "%s", out);
+    cr_assert_str_eq(rows[0].role, "voter", "%s", out);
+    cr_assert_str_eq(rows[0].match, "9", "%s", out);
+    cr_assert(!rows[1].leader, "%s", out);
+    cr_assert_str_eq(rows[1].role, "learner", "%s", out);
+    cr_assert_eq(ctl(ARGS("members", addr, "--json"), NULL, &out), 0, "%s", out);
+    cr_assert(strstr(out,
+                     "{\"id\":\"00000000000000bb\",\"leader\":false,\"role\":\"learner\","
+                     "\"peer_addr\":\"i:1\",\"client_addr\":\"i:0\",\"match_index\":7,"
+                     "\"lag\":2,\"last_contact_ms\":15}]\n") != NULL,
+              "%s", out);
+    int st;
+    cr_assert_eq(waitpid(srv, &st, 0), srv);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the old admin port did not answer 4 times");
 }
 
 TestSuite(ctl_members, .init = setup_cluster, .fini = teardown_cluster, .timeout = 180);

@@ -219,6 +219,9 @@ Test(hardening, a_malformed_address_flag_stops_the_start_with_its_reason)
          "--advertise '::1:7400': an IPv6 address must be in brackets, as in [::1]:7400"},
         {"--advertise", "db1:0", "--advertise 'db1:0': port out of range (1-65535)"},
         {"--advertise", "[::]:7400", "--advertise '[::]:7400': not an address clients can reach"},
+        /* Nothing a JSON document or a log line would have to escape. */
+        {"--advertise", "we\"ird\\host:7400",
+         "--advertise 'we\"ird\\host:7400': a host name holds only letters, digits, '-' and '.'"},
         {"--peers", "a:7401,,b:7401",
          "--peers: empty address in the list (a ',' at an end, or two together)"},
         {"--peers", "a:7401,b_1:7401,c:7401",

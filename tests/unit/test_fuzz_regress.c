@@ -165,6 +165,7 @@ Test(admin_http, routes)
     cr_assert(head);
     cr_assert_eq(route("GET /readyz?verbose=1 HTTP/1.1", &head), TK_ADMIN_READYZ);
     cr_assert_eq(route("GET /status", &head), TK_ADMIN_STATUS);
+    cr_assert_eq(route("GET /members HTTP/1.1\r\n\r\n", &head), TK_ADMIN_MEMBERS);
     cr_assert_eq(route("GET /statusx", &head), TK_ADMIN_NOT_FOUND);
     cr_assert_eq(route("GET ?x", &head), TK_ADMIN_NOT_FOUND, "empty path after the '?'");
     cr_assert_eq(route("POST /status HTTP/1.1", &head), TK_ADMIN_BAD_METHOD);
