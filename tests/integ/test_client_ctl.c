@@ -532,6 +532,17 @@ Test(ctl_members, asked_at_a_follower_lists_the_leaders_view)
     }
     snprintf(leader, sizeof leader, "%s", ids[l]);
     snprintf(addr, sizeof addr, "--addr=127.0.0.1:%u", cl.node[f].port);
+    /* Right after the election the follower may not have heard the
+     * leader yet, and so could not name it: wait until it does. */
+    char names[64];
+    snprintf(names, sizeof names, "\"leader\":\"%s\"", leader);
+    bool heard = false;
+    for (int k = 0; k < 100 && !heard; k++) {
+        heard = tk_cluster_status(&cl, f, body, sizeof body) == 200 && strstr(body, names);
+        if (!heard)
+            usleep(50000);
+    }
+    cr_assert(heard, "the follower never named the leader: %s", body);
 
     cr_assert_eq(ctl(ARGS("members", addr), NULL, &text), 0, "%s", text);
     snprintf(out, sizeof out, "%s", text);
