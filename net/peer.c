@@ -1,6 +1,6 @@
 /* Peer links of the Raft thread: io_uring connect/accept/recv/send, TLS
- * when configured, the peer handshake, frame reassembly, and the resolver
- * threads that look up peer names off the Raft thread. See net/peer.h.
+ * when configured, the peer handshake and frame reassembly; peer names are
+ * looked up off the Raft thread by net/resolve.c. See net/peer.h.
  *
  * TLS (core/tls.h, wolfSSL over memory) sits where bytes meet the socket
  * and nowhere else, as on the client port (net/conn.c):
@@ -26,7 +26,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <liburing.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -42,6 +41,7 @@
 #include "core/handshake.h"
 #include "core/proto.h"
 #include "core/tls.h"
+#include "net/resolve.h"
 
 #define LINKS_MAX 64 /* outbound + inbound links */
 /* The table is split so that no kind of link can fill it: inbound links
@@ -57,15 +57,13 @@
 #define OUTBOUND_MAX (LINKS_MAX - INBOUND_SLOTS)
 _Static_assert(OUTBOUND_MAX >= TK_PEERS_MAX + TK_RAFT_MEMBERS_MAX,
                "room for --peers and a full configuration");
+_Static_assert(LINKS_MAX <= TK_RESOLVE_JOBS_MAX, "a name lookup per link slot");
 #define RECV_CHUNK (256u << 10)
 #define IN_CAP_MAX (TK_WIRE_FRAME_MAX + TK_WIRE_LENGTH_LEN + RECV_CHUNK)
 #define OUT_MAX (64u << 20) /* queued bytes per link before it is cut */
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_US 100000u
 #define BACKOFF_MAX_US 1000000u
-/* Lookups at once: one per peer of a 5-member cluster, so one unready
- * pod's slow name cannot hold up the lookups of the others. */
-#define RESOLVERS_MAX 4
 /* Test hook (integration tests only): every name lookup first sleeps this
  * many milliseconds, as behind a slow cluster DNS. Read once at start. */
 #define RESOLVE_DELAY_ENV "TK_TEST_RESOLVE_DELAY_MS"
@@ -119,45 +117,6 @@ struct tk_plink {
     struct log_limit log; /* outbound: this link's failure lines */
 };
 
-/* Name lookups for outbound links, done by up to RESOLVERS_MAX detached
- * threads so that a slow DNS answer (a Kubernetes pod name that resolves
- * only once the pod is ready, behind cluster DNS timeouts of seconds) never
- * stalls the Raft thread's heartbeats. One job per link slot, so at most
- * one lookup per peer address is outstanding and the queue is bounded by
- * LINKS_MAX. A finished job is marked done and the Raft thread's wake
- * eventfd written; tk_peers_run() collects it and connects.
- *
- * Shared by the Raft thread and the resolver threads under mu; freed by
- * whichever lets go of it last (refs), because a thread blocked in
- * getaddrinfo() cannot be interrupted and shutdown must not wait for it.
- * After stop is set (under mu) no thread touches wake_fd, which the Raft
- * thread's owner closes after tk_peers_destroy(). */
-enum { RJ_FREE, RJ_QUEUED, RJ_RUNNING, RJ_DONE };
-
-struct resolve_job {
-    uint8_t state;
-    int rc; /* TK_OK or TK_EIO */
-    char host[TK_ADDR_MAX];
-    char port[8];
-    struct sockaddr_storage sa;
-    socklen_t salen;
-};
-
-struct resolver {
-    pthread_mutex_t mu;
-    pthread_cond_t work;    /* a job was queued, or stop */
-    pthread_cond_t stopped; /* stop (ends the test delay early) */
-    uint32_t refs;          /* the peers module plus each thread */
-    uint32_t threads, idle;
-    bool stop;
-    uint32_t queue[LINKS_MAX]; /* slots of RJ_QUEUED jobs, FIFO */
-    uint32_t q_head, q_len;
-    struct resolve_job jobs[LINKS_MAX]; /* indexed by link slot */
-    _Atomic uint32_t done;              /* jobs in RJ_DONE: the Raft thread's cheap check */
-    int wake_fd;
-    uint32_t delay_ms; /* RESOLVE_DELAY_ENV */
-};
-
 struct tk_peers {
     struct tk_server *s;
     char self[TK_ADDR_MAX]; /* this node's peer address: what an AUTH must name */
@@ -171,7 +130,7 @@ struct tk_peers {
     struct tk_wire_scratch scratch;
     struct tk_peer_stats st;
     struct tk_accept accept;
-    struct resolver *resolver; /* created at the first name to look up */
+    struct tk_resolver *resolver; /* created at the first name to look up */
     uint32_t resolve_delay_ms;
     /* With --tls-cert: contexts for the links opened from now on (a
      * reload replaces them; each link holds a reference to its own). */
@@ -298,7 +257,7 @@ void tk_plink_close(struct tk_peers *p, struct tk_plink *l)
 }
 
 /* Gives the slot back. An outbound link whose name lookup still runs
- * waits for it (the job is indexed by slot): resolver_collect frees it. */
+ * waits for it (the job is numbered by slot): resolve_done frees it. */
 static void link_free(struct tk_peers *p, struct tk_plink *l)
 {
     if (l->outbound && l->resolve_inflight) {
@@ -669,239 +628,52 @@ int tk_peers_tls_reload(struct tk_peers *p)
 /* ------------------------------------------------------------------ */
 /* Name lookups off the Raft thread */
 
-static void resolver_free(struct resolver *rs)
-{
-    pthread_mutex_destroy(&rs->mu);
-    pthread_cond_destroy(&rs->work);
-    pthread_cond_destroy(&rs->stopped);
-    free(rs);
-}
+static void connect_start(struct tk_peers *p, struct tk_plink *l);
 
-/* Drops one reference under rs->mu (which it releases); frees on the last. */
-static void resolver_unref_unlock(struct resolver *rs)
-{
-    bool last = --rs->refs == 0;
-    pthread_mutex_unlock(&rs->mu);
-    if (last)
-        resolver_free(rs);
-}
-
-/* The blocking lookup: the first address getaddrinfo() gives for a TCP
- * connection, as the dialler always used. */
-static int lookup(const char *host, const char *port, struct sockaddr_storage *sa, socklen_t *salen)
-{
-    struct addrinfo hints = {
-        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
-        return TK_EIO;
-    int rc = TK_EIO;
-    if (res->ai_addrlen <= sizeof(*sa)) {
-        memcpy(sa, res->ai_addr, res->ai_addrlen);
-        *salen = res->ai_addrlen;
-        rc = TK_OK;
-    }
-    freeaddrinfo(res);
-    return rc;
-}
-
-static void *resolver_main(void *arg)
-{
-    struct resolver *rs = arg;
-    pthread_setname_np(pthread_self(), "tk-resolve");
-    pthread_mutex_lock(&rs->mu);
-    for (;;) {
-        while (!rs->stop && rs->q_len == 0) {
-            rs->idle++;
-            pthread_cond_wait(&rs->work, &rs->mu);
-            rs->idle--;
-        }
-        if (rs->stop)
-            break;
-        uint32_t slot = rs->queue[rs->q_head];
-        rs->q_head = (rs->q_head + 1) % LINKS_MAX;
-        rs->q_len--;
-        struct resolve_job *j = &rs->jobs[slot];
-        TK_ASSERT(j->state == RJ_QUEUED);
-        j->state = RJ_RUNNING;
-        if (rs->delay_ms) {
-            struct timespec until;
-            clock_gettime(CLOCK_MONOTONIC, &until);
-            until.tv_sec += rs->delay_ms / 1000u;
-            until.tv_nsec += (long)(rs->delay_ms % 1000u) * 1000000L;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
-            while (!rs->stop && pthread_cond_timedwait(&rs->stopped, &rs->mu, &until) == 0) {
-            }
-            if (rs->stop)
-                break;
-        }
-        char host[TK_ADDR_MAX], port[sizeof(j->port)];
-        memcpy(host, j->host, sizeof(host));
-        memcpy(port, j->port, sizeof(port));
-        pthread_mutex_unlock(&rs->mu);
-        struct sockaddr_storage sa;
-        socklen_t salen = 0;
-        int rc = lookup(host, port, &sa, &salen);
-        pthread_mutex_lock(&rs->mu);
-        if (rs->stop)
-            break;
-        j->rc = rc;
-        if (rc == TK_OK) {
-            j->sa = sa;
-            j->salen = salen;
-        }
-        j->state = RJ_DONE;
-        atomic_fetch_add_explicit(&rs->done, 1, memory_order_release);
-        /* Under mu: tk_peers_destroy() sets stop under mu before the fd
-         * can be closed. A direct write: an eventfd count is never lost. */
-        uint64_t one = 1;
-        ssize_t n = write(rs->wake_fd, &one, sizeof(one));
-        (void)n; /* EAGAIN: the counter is saturated, the Raft thread wakes anyway */
-    }
-    rs->threads--;
-    resolver_unref_unlock(rs);
-    return NULL;
-}
-
-static struct resolver *resolver_create(int wake_fd, uint32_t delay_ms)
-{
-    struct resolver *rs = calloc(1, sizeof(*rs));
-    if (!rs)
-        return NULL;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&rs->mu, NULL);
-    pthread_cond_init(&rs->work, NULL);
-    pthread_cond_init(&rs->stopped, &ca);
-    pthread_condattr_destroy(&ca);
-    rs->refs = 1;
-    rs->wake_fd = wake_fd;
-    rs->delay_ms = delay_ms;
-    atomic_init(&rs->done, 0);
-    return rs;
-}
-
-/* Queues a lookup of the link's address; the link must have none
- * outstanding. Starts a thread if every running one is busy. Fails only if
- * no thread can run at all. */
-static int resolver_submit(struct tk_peers *p, struct tk_plink *l, const char *host, uint32_t port)
+/* Queues a lookup of the link's address (net/resolve.h), the pool made
+ * at the first name to look up; the link must have none outstanding. */
+static int resolve_submit(struct tk_peers *p, struct tk_plink *l, const char *host, uint32_t port)
 {
     if (!p->resolver) {
-        p->resolver = resolver_create(p->wake_fd, p->resolve_delay_ms);
+        p->resolver = tk_resolver_create(p->wake_fd, p->resolve_delay_ms);
         if (!p->resolver)
             return TK_ENOMEM;
     }
-    struct resolver *rs = p->resolver;
-    int rc = TK_OK;
-    pthread_mutex_lock(&rs->mu);
-    struct resolve_job *j = &rs->jobs[l->slot];
-    TK_ASSERT(j->state == RJ_FREE && rs->q_len < LINKS_MAX);
-    snprintf(j->host, sizeof(j->host), "%s", host);
-    snprintf(j->port, sizeof(j->port), "%u", port);
-    j->state = RJ_QUEUED;
-    rs->queue[(rs->q_head + rs->q_len) % LINKS_MAX] = l->slot;
-    rs->q_len++;
-    if (rs->q_len > rs->idle && rs->threads < RESOLVERS_MAX) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_t t;
-        if (pthread_create(&t, &attr, resolver_main, rs) == 0) {
-            rs->threads++;
-            rs->refs++;
-        } else if (rs->threads == 0) {
-            rs->q_len--; /* nobody would ever take it */
-            j->state = RJ_FREE;
-            rc = TK_EIO;
-        }
-        pthread_attr_destroy(&attr);
-    }
-    pthread_cond_signal(&rs->work);
-    pthread_mutex_unlock(&rs->mu);
-    return rc;
+    return tk_resolver_submit(p->resolver, l->slot, host, port);
 }
 
-static void connect_start(struct tk_peers *p, struct tk_plink *l);
-
-/* Raft thread: takes finished lookups and connects the links still waiting
- * for them. Costs one atomic load while none finished. */
-static void resolver_collect(struct tk_peers *p)
+/* A lookup finished (tk_resolver_collect): connects the link if it still
+ * waits for it. */
+static void resolve_done(void *ctx,
+                         uint32_t slot,
+                         int rc,
+                         const struct sockaddr_storage *sa,
+                         socklen_t salen)
 {
-    struct resolver *rs = p->resolver;
-    if (!rs || atomic_load_explicit(&rs->done, memory_order_acquire) == 0)
+    struct tk_peers *p = ctx;
+    struct tk_plink *l = p->links[slot];
+    TK_ASSERT(l && l->outbound && l->resolve_inflight);
+    l->resolve_inflight = false;
+    if (l->forget) {
+        link_free(p, l);
         return;
-    pthread_mutex_lock(&rs->mu);
-    for (uint32_t slot = 0; slot < LINKS_MAX; slot++) {
-        struct resolve_job *j = &rs->jobs[slot];
-        if (j->state != RJ_DONE)
-            continue;
-        j->state = RJ_FREE;
-        atomic_fetch_sub_explicit(&rs->done, 1, memory_order_relaxed);
-        struct tk_plink *l = p->links[slot];
-        TK_ASSERT(l && l->outbound && l->resolve_inflight);
-        l->resolve_inflight = false;
-        if (l->forget) {
-            link_free(p, l);
-            continue;
-        }
-        if (l->state != L_RESOLVING)
-            continue; /* closed meanwhile: its next dial looks up again */
-        if (j->rc != TK_OK) {
-            if (!l->resolve_failed)
-                tk_log(TK_LOG_WARN, "peer %s: name lookup failed; retrying", l->addr);
-            l->resolve_failed = true;
-            p->st.resolve_failures++;
-            link_retry_later(l);
-            continue;
-        }
-        if (l->resolve_failed)
-            tk_log(TK_LOG_INFO, "peer %s: name resolves again", l->addr);
-        l->resolve_failed = false;
-        memcpy(&l->sa, &j->sa, j->salen);
-        l->salen = j->salen;
-        connect_start(p, l); /* only prepares SQEs: fine under mu */
     }
-    pthread_mutex_unlock(&rs->mu);
-}
-
-/* Called by tk_peers_destroy(): running lookups finish on their own. */
-static void resolver_release(struct resolver *rs)
-{
-    if (!rs)
+    if (l->state != L_RESOLVING)
+        return; /* closed meanwhile: its next dial looks up again */
+    if (rc != TK_OK) {
+        if (!l->resolve_failed)
+            tk_log(TK_LOG_WARN, "peer %s: name lookup failed; retrying", l->addr);
+        l->resolve_failed = true;
+        p->st.resolve_failures++;
+        link_retry_later(l);
         return;
-    pthread_mutex_lock(&rs->mu);
-    rs->stop = true;
-    pthread_cond_broadcast(&rs->work);
-    pthread_cond_broadcast(&rs->stopped);
-    resolver_unref_unlock(rs);
-}
-
-/* A numeric address (IPv4 or IPv6 literal) needs no lookup: getaddrinfo()
- * with AI_NUMERICHOST never asks a resolver, so the Raft thread may call it. */
-static bool addr_numeric(const char *host,
-                         uint32_t port,
-                         struct sockaddr_storage *sa,
-                         socklen_t *salen)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    char portstr[16];
-    snprintf(portstr, sizeof(portstr), "%u", port);
-    if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res)
-        return false;
-    bool ok = res->ai_addrlen <= sizeof(*sa);
-    if (ok) {
-        memcpy(sa, res->ai_addr, res->ai_addrlen);
-        *salen = res->ai_addrlen;
     }
-    freeaddrinfo(res);
-    return ok;
+    if (l->resolve_failed)
+        tk_log(TK_LOG_INFO, "peer %s: name resolves again", l->addr);
+    l->resolve_failed = false;
+    memcpy(&l->sa, sa, salen);
+    l->salen = salen;
+    connect_start(p, l); /* only prepares SQEs: fine under the pool's lock */
 }
 
 /* Opens the socket and queues the connect to l->sa. */
@@ -941,7 +713,7 @@ static void dial(struct tk_peers *p, struct tk_plink *l)
         link_retry_later(l);
         return;
     }
-    if (addr_numeric(host, port, &l->sa, &l->salen)) {
+    if (tk_resolve_numeric(host, port, &l->sa, &l->salen)) {
         connect_start(p, l);
         return;
     }
@@ -950,7 +722,7 @@ static void dial(struct tk_peers *p, struct tk_plink *l)
     /* A lookup from an earlier dial still running serves this one. */
     if (l->resolve_inflight)
         return;
-    if (resolver_submit(p, l, host, port) != TK_OK) {
+    if (resolve_submit(p, l, host, port) != TK_OK) {
         link_retry_later(l);
         return;
     }
@@ -1413,7 +1185,7 @@ static void flush_link(struct tk_peers *p, struct tk_plink *l)
 
 static unsigned peers_run(struct tk_peers *p, uint64_t timeout_us, bool enter)
 {
-    resolver_collect(p);
+    tk_resolver_collect(p->resolver, p, resolve_done);
     uint64_t now = tk_now_us();
     if (tk_accept_due(&p->accept, now) && !atomic_load(&p->s->stopping))
         arm_accept(p);
@@ -1560,7 +1332,7 @@ void tk_peers_destroy(struct tk_peers *p)
 {
     if (!p)
         return;
-    resolver_release(p->resolver);
+    tk_resolver_release(p->resolver);
     for (uint32_t i = 0; i < LINKS_MAX; i++) {
         struct tk_plink *l = p->links[i];
         if (!l)
