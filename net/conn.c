@@ -465,13 +465,15 @@ void conn_on_accept(struct tk_worker *w, int fd)
         conn_close(w, c);
         return;
     }
-    if (tk_auth_nonce(c->snonce) != TK_OK) {
+    char snonce[TK_AUTH_HEX_LEN + 1];
+    if (tk_auth_nonce(snonce) != TK_OK) {
         tk_log(TK_LOG_ERROR, "CSPRNG failed; refusing connection");
         conn_close(w, c);
         return;
     }
-    char line[128];
-    size_t len = tk_proto_fmt_banner(line, sizeof(line), false, c->snonce);
+    char line[TK_HS_LINE_MAX];
+    size_t len = tk_hs_client_listen(&c->hs, s->client_secret, s->client_secret_len, snonce, line,
+                                     sizeof(line));
     conn_stream_out(w, c, line, len);
     hs_push(w, c);
     arm_recv(w, c);
@@ -589,25 +591,20 @@ static void auth_failed(struct tk_worker *w, struct conn *c, const char *why)
     conn_error(w, c, TK_REASON_AUTH);
 }
 
+/* One handshake line, through core/handshake.c: the OK carries what
+ * this node is now. */
 static void handle_auth_line(struct tk_worker *w, struct conn *c, const char *line, size_t len)
 {
-    const char *cnonce, *cproof;
-    char expect[TK_AUTH_HEX_LEN + 1];
-    if (!tk_proto_parse_auth(line, len, &cnonce, &cproof)) {
-        auth_failed(w, c, "malformed AUTH line");
-        return;
-    }
     struct tk_server *s = w->s;
-    tk_auth_proof(s->client_secret, s->client_secret_len, false, c->snonce, cnonce, expect);
-    if (!tk_auth_equal(expect, cproof, TK_AUTH_HEX_LEN)) {
-        auth_failed(w, c, "bad proof");
+    c->hs.node_id = s->node_id;
+    c->hs.domain[0] = atomic_load(&s->domain_lo);
+    c->hs.domain[1] = atomic_load(&s->domain_hi);
+    char ok[TK_HS_LINE_MAX];
+    size_t n = 0;
+    if (tk_hs_line(&c->hs, line, len, ok, sizeof(ok), &n) != TK_HS_DONE) {
+        auth_failed(w, c, tk_hs_why(&c->hs));
         return;
     }
-    char sproof[TK_AUTH_HEX_LEN + 1];
-    tk_auth_proof(s->client_secret, s->client_secret_len, true, c->snonce, cnonce, sproof);
-    uint64_t domain[2] = {atomic_load(&s->domain_lo), atomic_load(&s->domain_hi)};
-    char ok[160];
-    size_t n = tk_proto_fmt_ok(ok, sizeof(ok), sproof, s->node_id, domain);
     conn_stream_out(w, c, ok, n);
     if (!w->leader) {
         conn_moved(w, c);

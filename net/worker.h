@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "core/auth.h"
+#include "core/handshake.h"
 #include "core/proto.h"
 #include "core/tls.h"
 #include "net/server.h"
@@ -43,10 +44,10 @@ struct conn {
     bool resume;        /* on the worker's resume list */
     uint32_t inflight;  /* requests without a reply yet */
     struct tk_tls *tls; /* TLS on the client port, else NULL (net/conn.c) */
-    char snonce[TK_AUTH_HEX_LEN + 1];
-    struct buf in;  /* received plaintext, not yet parsed */
-    struct buf out; /* formatted plaintext, not yet handed to the kernel (or TLS) */
-    struct buf snd; /* bytes being sent (ciphertext with TLS); snd_off bytes done */
+    struct tk_hs hs;    /* CONN_HANDSHAKE: SPEC 2 (core/handshake.h) */
+    struct buf in;      /* received plaintext, not yet parsed */
+    struct buf out;     /* formatted plaintext, not yet handed to the kernel (or TLS) */
+    struct buf snd;     /* bytes being sent (ciphertext with TLS); snd_off bytes done */
     uint32_t snd_off;
     struct conn *next_dirty, *next_resume;
 };
