@@ -2,28 +2,24 @@
  * when configured, the peer handshake and frame reassembly; peer names are
  * looked up off the Raft thread by net/resolve.c. See net/peer.h.
  *
- * TLS (core/tls.h, wolfSSL over memory) sits where bytes meet the socket
- * and nowhere else, as on the client port (net/conn.c):
- *   - a recv lands in the free tail of l->in as always; with TLS those
- *     bytes are ciphertext: tk_tls_feed() copies them away and
- *     tk_tls_read() writes the plaintext it completes over them
- *     (tls_open), so the line and frame parser (link_input) sees only
- *     plaintext and needs no second buffer;
- *   - what the handshake and tk_peers_send() append to l->out is
- *     plaintext; when the previous send is done, flush_link encrypts it in
- *     one tk_tls_write() and sends every byte of tk_tls_pending(), handshake
- *     messages included (tls_seal).
+ * Bytes meet the socket in the link's stream (net/stream.h), plain or
+ * TLS, as on the client port (net/conn.c): a recv lands in the free tail
+ * of l->st.in; with TLS those bytes are ciphertext, which the stream's
+ * input feeds to TLS and replaces with the plaintext it completes, so the
+ * line and frame parser (link_input) sees only plaintext and needs no
+ * second buffer. What the handshake and tk_peers_send() append to
+ * l->st.out is plaintext; when the previous send is done, flush_link
+ * hands it to the stream's output (one TLS write) and sends l->st.snd.
  * The TLS handshake comes first on a link: the dialler's connect completes
  * -> tls_begin() writes the ClientHello; the acceptor's banner, written at
  * accept as without TLS, is held inside TLS until the handshake is done,
  * and the banner/AUTH/OK exchange then runs inside TLS unchanged. The link
  * states do not change: a link handshaking TLS is in L_BANNER (dialler) or
  * L_AUTH (acceptor), so the handshake deadline and the budget of
- * unauthenticated inbound links cover TLS too. Without TLS (l->tls NULL)
+ * unauthenticated inbound links cover TLS too. Without TLS (l->st.tls NULL)
  * every path is the one it always was. */
 #include "net/peer.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <liburing.h>
 #include <netinet/in.h>
@@ -42,6 +38,7 @@
 #include "core/proto.h"
 #include "core/tls.h"
 #include "net/resolve.h"
+#include "net/stream.h"
 
 #define LINKS_MAX 64 /* outbound + inbound links */
 /* The table is split so that no kind of link can fill it: inbound links
@@ -67,8 +64,6 @@ _Static_assert(LINKS_MAX <= TK_RESOLVE_JOBS_MAX, "a name lookup per link slot");
 /* Test hook (integration tests only): every name lookup first sleeps this
  * many milliseconds, as behind a slow cluster DNS. Read once at start. */
 #define RESOLVE_DELAY_ENV "TK_TEST_RESOLVE_DELAY_MS"
-/* Room made in l->in for each tk_tls_read(): one TLS record at most. */
-#define TLS_READ_CHUNK (16u << 10)
 /* Every TLS record, and so every TLS session, opens with this byte. */
 #define TLS_RECORD_HANDSHAKE 0x16
 /* Failure lines of peer links: a member misconfigured for good (another
@@ -78,20 +73,13 @@ _Static_assert(LINKS_MAX <= TK_RESOLVE_JOBS_MAX, "a name lookup per link slot");
 #define LOG_WINDOW_US 10000000u
 #define INBOUND_LOG_BURST 4u
 
-enum { POP_ACCEPT = 1, POP_CONNECT, POP_RECV, POP_SEND, POP_WAKE, POP_TIMEOUT, POP_CANCEL };
 /* L_RESOLVING: an outbound link waits for a resolver thread to look up
  * its name; nothing is in flight in the ring and no socket is open. */
 enum { L_IDLE, L_RESOLVING, L_CONNECTING, L_BANNER, L_AUTH, L_OK, L_READY, L_CLOSING };
 
-/* A window of rate-limited log lines (LOG_WINDOW_US). */
-struct log_limit {
-    uint64_t window_us;
-    uint32_t logged, unlogged;
-};
-
 struct tk_plink {
+    struct tk_stream st; /* the socket, TLS and buffers (net/stream.h) */
     uint32_t slot, gen;
-    int fd;
     bool outbound;
     uint8_t state;
     bool recv_inflight, send_inflight, connect_inflight;
@@ -101,20 +89,15 @@ struct tk_plink {
     uint64_t active_us;    /* when its last bytes came in (an inbound link's age for eviction) */
     char addr[TK_ADDR_MAX];
     uint64_t remote_id;
-    struct tk_hs hs; /* the peer handshake (core/handshake.h) */
-    uint8_t *in;
-    size_t in_len, in_cap;
-    uint8_t *out, *snd;
-    size_t out_len, out_cap, snd_len, snd_off, snd_cap;
+    struct tk_hs hs;      /* the peer handshake (core/handshake.h) */
     uint64_t deadline_us; /* handshake deadline */
     uint64_t retry_at_us; /* outbound idle: next dial */
     uint64_t backoff_us;
     struct sockaddr_storage sa;
     socklen_t salen;
-    struct tk_tls *tls;   /* TLS state while the link has a socket; NULL without TLS */
-    bool tls_seen;        /* a byte was received (the first one checked) */
-    bool cert_checked;    /* inbound: the certificate was found to name a member */
-    struct log_limit log; /* outbound: this link's failure lines */
+    bool tls_seen;            /* a byte was received (the first one checked) */
+    bool cert_checked;        /* inbound: the certificate was found to name a member */
+    struct tk_stream_log log; /* outbound: this link's failure lines */
 };
 
 struct tk_peers {
@@ -126,6 +109,8 @@ struct tk_peers {
     int wake_fd;
     uint64_t wake_buf;
     struct tk_plink *links[LINKS_MAX];
+    uint32_t gens[LINKS_MAX]; /* the last generation of each slot, kept across links */
+    struct tk_deadlines hs;   /* handshake deadlines, connect included (net/stream.h) */
     struct __kernel_timespec connect_ts;
     struct tk_wire_scratch scratch;
     struct tk_peer_stats st;
@@ -136,13 +121,8 @@ struct tk_peers {
      * reload replaces them; each link holds a reference to its own). */
     struct tk_tls_ctx *tls_server; /* accepted links: client certificate required */
     struct tk_tls_ctx *tls_client; /* dialled links: server verified, ours presented */
-    struct log_limit inbound_log;
+    struct tk_stream_log inbound_log;
 };
-
-static uint64_t pud(int op, uint32_t slot, uint32_t gen)
-{
-    return tk_ref_pack((uint32_t)op, slot, gen);
-}
 
 static struct io_uring_sqe *sqe_get(struct tk_peers *p)
 {
@@ -159,29 +139,23 @@ static void arm_wake(struct tk_peers *p)
 {
     struct io_uring_sqe *sqe = sqe_get(p);
     io_uring_prep_read(sqe, p->wake_fd, &p->wake_buf, sizeof(p->wake_buf), 0);
-    io_uring_sqe_set_data64(sqe, pud(POP_WAKE, 0, 0));
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_WAKE, 0, 0));
 }
 
 static void arm_accept(struct tk_peers *p)
 {
     struct io_uring_sqe *sqe = sqe_get(p);
     io_uring_prep_multishot_accept(sqe, p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    io_uring_sqe_set_data64(sqe, pud(POP_ACCEPT, 0, 0));
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_ACCEPT, 0, 0));
     p->accept.armed = true;
 }
 
 static void arm_recv(struct tk_peers *p, struct tk_plink *l)
 {
-    if (l->in_cap - l->in_len < RECV_CHUNK) {
-        size_t cap = l->in_len + RECV_CHUNK;
-        uint8_t *n = realloc(l->in, cap);
-        TK_ASSERT(n != NULL);
-        l->in = n;
-        l->in_cap = cap;
-    }
+    tk_sbuf_reserve(&l->st.in, RECV_CHUNK);
     struct io_uring_sqe *sqe = sqe_get(p);
-    io_uring_prep_recv(sqe, l->fd, l->in + l->in_len, l->in_cap - l->in_len, 0);
-    io_uring_sqe_set_data64(sqe, pud(POP_RECV, l->slot, l->gen));
+    io_uring_prep_recv(sqe, l->st.fd, l->st.in.p + l->st.in.len, l->st.in.cap - l->st.in.len, 0);
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_RECV, l->slot, l->gen));
     l->recv_inflight = true;
 }
 
@@ -193,8 +167,11 @@ static struct tk_plink *link_new(struct tk_peers *p, bool outbound)
         struct tk_plink *l = calloc(1, sizeof(*l));
         TK_ASSERT(l != NULL);
         l->slot = i;
-        l->gen = 1;
-        l->fd = -1;
+        l->gen = p->gens[i] + 1; /* never a generation an earlier link of the slot had */
+        if (l->gen == 0)
+            l->gen = 1;
+        l->st.fd = -1;
+        l->st.type = &tk_stream_plain;
         l->outbound = outbound;
         l->backoff_us = BACKOFF_MIN_US;
         p->links[i] = l;
@@ -203,25 +180,11 @@ static struct tk_plink *link_new(struct tk_peers *p, bool outbound)
     return NULL;
 }
 
-/* Room for n more bytes of output. */
-static void out_reserve(struct tk_plink *l, size_t n)
+static struct tk_plink *link_get(struct tk_peers *p, uint32_t slot, uint32_t gen)
 {
-    if (l->out_len + n <= l->out_cap)
-        return;
-    size_t cap = l->out_cap ? l->out_cap : 65536;
-    while (cap < l->out_len + n)
-        cap *= 2;
-    uint8_t *q = realloc(l->out, cap);
-    TK_ASSERT(q != NULL);
-    l->out = q;
-    l->out_cap = cap;
-}
-
-static void out_append(struct tk_plink *l, const void *data, size_t n)
-{
-    out_reserve(l, n);
-    memcpy(l->out + l->out_len, data, n);
-    l->out_len += n;
+    if (slot >= LINKS_MAX || !p->links[slot] || p->links[slot]->gen != gen)
+        return NULL;
+    return p->links[slot];
 }
 
 /* An outbound link without a socket: dial again after the backoff. */
@@ -247,12 +210,12 @@ void tk_plink_close(struct tk_peers *p, struct tk_plink *l)
     }
     l->state = L_CLOSING;
     p->st.links_closed++;
-    if (l->fd >= 0)
-        shutdown(l->fd, SHUT_RDWR);
+    if (l->st.fd >= 0)
+        shutdown(l->st.fd, SHUT_RDWR);
     if (l->connect_inflight) {
         struct io_uring_sqe *sqe = sqe_get(p);
-        io_uring_prep_cancel64(sqe, pud(POP_CONNECT, l->slot, l->gen), 0);
-        io_uring_sqe_set_data64(sqe, pud(POP_CANCEL, 0, 0));
+        io_uring_prep_cancel64(sqe, tk_ud(OP_CONNECT, l->slot, l->gen), 0);
+        io_uring_sqe_set_data64(sqe, tk_ud(OP_CANCEL, 0, 0));
     }
 }
 
@@ -265,9 +228,8 @@ static void link_free(struct tk_peers *p, struct tk_plink *l)
         return;
     }
     p->links[l->slot] = NULL;
-    free(l->in);
-    free(l->out);
-    free(l->snd);
+    p->gens[l->slot] = l->gen;
+    tk_stream_free(&l->st);
     free(l);
 }
 
@@ -275,13 +237,11 @@ static void link_finish_close(struct tk_peers *p, struct tk_plink *l)
 {
     if (l->state != L_CLOSING || l->recv_inflight || l->send_inflight || l->connect_inflight)
         return;
-    if (l->fd >= 0)
-        close(l->fd);
-    l->fd = -1;
-    l->in_len = l->out_len = l->snd_len = l->snd_off = 0;
+    if (l->st.fd >= 0)
+        close(l->st.fd);
+    l->st.fd = -1;
+    tk_stream_reset(&l->st); /* TLS freed, buffers kept for the redial */
     l->remote_id = 0;
-    tk_tls_free(l->tls); /* drops its reference to the context it began with */
-    l->tls = NULL;
     l->cert_checked = false;
     l->gen++;
     if (!l->outbound || l->forget) {
@@ -294,28 +254,6 @@ static void link_finish_close(struct tk_peers *p, struct tk_plink *l)
 /* ------------------------------------------------------------------ */
 /* Failure lines and TLS */
 
-/* "host:port" of an inbound link's remote end, for log lines. */
-static const char *remote_name(int fd, char *buf, size_t cap)
-{
-    struct sockaddr_storage a;
-    socklen_t len = sizeof(a);
-    char host[INET6_ADDRSTRLEN];
-    if (fd < 0 || getpeername(fd, (struct sockaddr *)&a, &len) != 0) {
-        snprintf(buf, cap, "an unknown address");
-    } else if (a.ss_family == AF_INET) {
-        const struct sockaddr_in *v4 = (const struct sockaddr_in *)&a;
-        inet_ntop(AF_INET, &v4->sin_addr, host, sizeof(host));
-        snprintf(buf, cap, "%s:%u", host, ntohs(v4->sin_port));
-    } else if (a.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&a;
-        inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
-        snprintf(buf, cap, "[%s]:%u", host, ntohs(v6->sin6_port));
-    } else {
-        snprintf(buf, cap, "an address of family %d", a.ss_family);
-    }
-    return buf;
-}
-
 /* One warning about a link that is being closed, rate-limited (see
  * LOG_WINDOW_US): "peer link to <dialled address>: ..." or "peer link from
  * <remote host:port>: ...". */
@@ -323,28 +261,19 @@ static void link_warn(struct tk_peers *p, struct tk_plink *l, const char *fmt, .
     __attribute__((format(printf, 3, 4)));
 static void link_warn(struct tk_peers *p, struct tk_plink *l, const char *fmt, ...)
 {
-    struct log_limit *ll = l->outbound ? &l->log : &p->inbound_log;
-    uint32_t burst = l->outbound ? 1u : INBOUND_LOG_BURST;
-    uint64_t now = tk_now_us();
-    if (ll->window_us == 0 || now - ll->window_us >= LOG_WINDOW_US) {
-        ll->window_us = now;
-        ll->logged = 0;
-    }
-    if (ll->logged >= burst) {
-        ll->unlogged++;
+    struct tk_stream_log *ll = l->outbound ? &l->log : &p->inbound_log;
+    uint32_t burst = l->outbound ? 1u : INBOUND_LOG_BURST, unlogged;
+    if (!tk_stream_log_take(ll, tk_now_us(), LOG_WINDOW_US, burst, &unlogged))
         return;
-    }
-    ll->logged++;
-    char what[2 * TK_TLS_ERR_MAX], who[TK_ADDR_MAX + 16], more[64] = "";
+    char what[2 * TK_TLS_ERR_MAX], who[TK_STREAM_NAME_MAX], more[64] = "";
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    if (ll->unlogged)
-        snprintf(more, sizeof(more), " (%u similar lines not logged)", ll->unlogged);
-    ll->unlogged = 0;
+    if (unlogged)
+        snprintf(more, sizeof(more), " (%u similar lines not logged)", unlogged);
     tk_log(TK_LOG_WARN, "peer link %s %s: %s%s", l->outbound ? "to" : "from",
-           l->outbound ? l->addr : remote_name(l->fd, who, sizeof(who)), what, more);
+           l->outbound ? l->addr : tk_stream_peer_name(l->st.fd, who, sizeof(who)), what, more);
 }
 
 /* Ciphertext TLS has pending (an alert, say) straight to the socket of a
@@ -353,12 +282,12 @@ static void link_warn(struct tk_peers *p, struct tk_plink *l, const char *fmt, .
 static void tls_push_now(struct tk_plink *l)
 {
     size_t n = 0;
-    const uint8_t *c = tk_tls_pending(l->tls, &n);
-    if (n == 0 || l->send_inflight || l->fd < 0)
+    const uint8_t *c = tk_tls_pending(l->st.tls, &n);
+    if (n == 0 || l->send_inflight || l->st.fd < 0)
         return;
-    ssize_t w = send(l->fd, c, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t w = send(l->st.fd, c, n, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)w;
-    tk_tls_sent(l->tls, n);
+    tk_tls_sent(l->st.tls, n);
 }
 
 /* The link's TLS failed (a certificate from another CA or none, a name
@@ -370,7 +299,7 @@ static void tls_failed(struct tk_peers *p, struct tk_plink *l, const char *why)
     if (l->state == L_CLOSING)
         return;
     p->st.tls_failures++;
-    const char *err = why ? why : tk_tls_error(l->tls);
+    const char *err = why ? why : tk_tls_error(l->st.tls);
     /* An alert is all this side learns when the other refused the
      * session; its log names the cause. */
     bool refused = !why && strstr(err, "received alert") != NULL;
@@ -431,36 +360,28 @@ static void tls_thread_mark(void)
  * False on allocation failure. */
 static bool tls_begin(struct tk_peers *p, struct tk_plink *l)
 {
-    TK_ASSERT(l->tls == NULL);
+    TK_ASSERT(l->st.tls == NULL);
     tls_thread_mark();
     l->tls_seen = false;
+    struct tk_tls *tls;
     if (!l->outbound) {
-        l->tls = tk_tls_new(p->tls_server, NULL);
-        return l->tls != NULL;
+        tls = tk_tls_new(p->tls_server, NULL);
+    } else {
+        char name[TK_ADDR_MAX];
+        tls_name(l->addr, name, sizeof(name));
+        tls = tk_tls_new(p->tls_client, name);
     }
-    char name[TK_ADDR_MAX];
-    tls_name(l->addr, name, sizeof(name));
-    l->tls = tk_tls_new(p->tls_client, name);
+    if (!tls)
+        return false;
+    tk_stream_open(&l->st, l->st.fd, tls);
     uint8_t none;
     size_t got;
-    return l->tls && tk_tls_read(l->tls, &none, 0, &got) == TK_OK;
-}
-
-/* Room for n more bytes of input. */
-static void in_reserve(struct tk_plink *l, size_t n)
-{
-    if (l->in_cap - l->in_len >= n)
-        return;
-    size_t cap = l->in_len + TK_MAX(n, (size_t)RECV_CHUNK);
-    uint8_t *q = realloc(l->in, cap);
-    TK_ASSERT(q != NULL);
-    l->in = q;
-    l->in_cap = cap;
+    return !l->outbound || tk_tls_read(tls, &none, 0, &got) == TK_OK;
 }
 
 static void send_line(struct tk_plink *l, const char *line, size_t n)
 {
-    out_append(l, line, n);
+    tk_stream_write(&l->st, line, n);
 }
 
 /* An inbound link's TLS is done: its certificate is signed by the peer
@@ -472,7 +393,7 @@ static void send_line(struct tk_plink *l, const char *line, size_t n)
 static void tls_check_peer(struct tk_peers *p, struct tk_plink *l)
 {
     l->cert_checked = true;
-    if (p->s->opt.tls_peer_ca[0] || !p->cb.peer_cert || p->cb.peer_cert(p->cb.ctx, l->tls)) {
+    if (p->s->opt.tls_peer_ca[0] || !p->cb.peer_cert || p->cb.peer_cert(p->cb.ctx, l->st.tls)) {
         char line[TK_HS_LINE_MAX]; /* the banner, held back until now (on_accept) */
         send_line(l, line, tk_proto_fmt_banner(line, sizeof(line), true, l->hs.snonce));
         return;
@@ -484,43 +405,39 @@ static void tls_check_peer(struct tk_peers *p, struct tk_plink *l)
                "peer's? Give the peer port a CA of its own with --tls-peer-ca");
 }
 
-/* n bytes of ciphertext were received at l->in + l->in_len: fed to TLS,
- * and every byte of plaintext they complete appended to l->in in their
- * place. l->in stays bounded as without TLS (link_input cuts the link past
- * IN_CAP_MAX - RECV_CHUNK), overshot by one record at most. */
-static void tls_open(struct tk_peers *p, struct tk_plink *l, size_t n)
+/* n bytes were received at the tail of l->st.in: through the stream (with
+ * TLS, ciphertext fed to TLS and the plaintext it completes written in
+ * their place). l->st.in stays bounded as without TLS (link_input cuts
+ * the link past IN_CAP_MAX - RECV_CHUNK), overshot by one record at most. */
+static void link_recv(struct tk_peers *p, struct tk_plink *l, size_t n)
 {
-    const uint8_t *data = l->in + l->in_len;
+    const char *data = l->st.in.p + l->st.in.len;
+    if (!l->st.tls) {
+        l->st.type->input(&l->st, data, n, 0);
+        return;
+    }
     bool first = !l->tls_seen;
     l->tls_seen = true;
     if (l->outbound && first) {
         /* A server speaks first only without TLS (its banner): say so
          * rather than what the record parser would make of it. */
-        if (data[0] != TLS_RECORD_HANDSHAKE) {
+        if ((unsigned char)data[0] != TLS_RECORD_HANDSHAKE) {
             char why[200];
             snprintf(why, sizeof(why),
                      "the peer answered in plaintext (first byte 0x%02x, not a TLS record): it "
                      "runs without TLS on its peer port, and every member needs --tls-cert, "
                      "--tls-key and --tls-ca",
-                     data[0]);
+                     (unsigned char)data[0]);
             tls_failed(p, l, why);
             return;
         }
     }
-    int rc = tk_tls_feed(l->tls, data, n);
-    while (rc == TK_OK) {
-        in_reserve(l, TLS_READ_CHUNK);
-        size_t got = 0;
-        rc = tk_tls_read(l->tls, l->in + l->in_len, l->in_cap - l->in_len, &got);
-        if (got == 0)
-            break;
-        l->in_len += got;
-    }
+    int rc = l->st.type->input(&l->st, data, n, 0);
     if (rc == TK_ECLOSED) /* close_notify: as an end of stream */
         tk_plink_close(p, l);
     else if (rc != TK_OK)
         tls_failed(p, l, NULL);
-    else if (!l->outbound && !l->cert_checked && tk_tls_ready(l->tls))
+    else if (!l->outbound && !l->cert_checked && tk_tls_ready(l->st.tls))
         tls_check_peer(p, l);
 }
 
@@ -540,39 +457,6 @@ static void tls_eof(struct tk_peers *p, struct tk_plink *l)
               "closed by the peer after %llu ms without a TLS hello (a member without "
               "--tls-cert dials in plaintext and waits for a banner)",
               (unsigned long long)(age_us / 1000u));
-}
-
-/* The previous send is done (l->snd empty): the plaintext queued in l->out
- * is encrypted in one call (records of up to 16 KiB rather than one per
- * frame), then all ciphertext pending is moved to l->snd, handshake
- * messages included. A copy, because TLS appends to its buffer (a
- * post-handshake message) while the send of the previous bytes is still
- * in flight. */
-static void tls_seal(struct tk_peers *p, struct tk_plink *l)
-{
-    TK_ASSERT(l->snd_len == 0);
-    if (l->out_len > 0) {
-        size_t len = l->out_len;
-        l->out_len = 0;
-        if (tk_tls_write(l->tls, l->out, len) != TK_OK) {
-            tls_failed(p, l, NULL);
-            return;
-        }
-    }
-    size_t n = 0;
-    const uint8_t *c = tk_tls_pending(l->tls, &n);
-    if (n == 0)
-        return;
-    if (l->snd_cap < n) {
-        uint8_t *q = realloc(l->snd, n);
-        TK_ASSERT(q != NULL);
-        l->snd = q;
-        l->snd_cap = n;
-    }
-    memcpy(l->snd, c, n);
-    l->snd_len = n;
-    l->snd_off = 0;
-    tk_tls_sent(l->tls, n);
 }
 
 /* Both contexts from the options: an acceptor that requires a client
@@ -679,23 +563,24 @@ static void resolve_done(void *ctx,
 /* Opens the socket and queues the connect to l->sa. */
 static void connect_start(struct tk_peers *p, struct tk_plink *l)
 {
-    l->fd = socket(l->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (l->fd < 0) {
+    l->st.fd = socket(l->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (l->st.fd < 0) {
         l->state = L_IDLE;
         l->retry_at_us = tk_now_us() + BACKOFF_MAX_US;
         return;
     }
     int one = 1;
-    setsockopt(l->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(l->st.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     l->state = L_CONNECTING;
     l->deadline_us = tk_now_us() + (uint64_t)p->s->opt.handshake_ms * 1000u;
+    tk_deadlines_push(&p->hs, l->slot, l->gen, l->deadline_us);
     struct io_uring_sqe *sqe = sqe_get(p);
-    io_uring_prep_connect(sqe, l->fd, (struct sockaddr *)&l->sa, l->salen);
-    io_uring_sqe_set_data64(sqe, pud(POP_CONNECT, l->slot, l->gen));
+    io_uring_prep_connect(sqe, l->st.fd, (struct sockaddr *)&l->sa, l->salen);
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_CONNECT, l->slot, l->gen));
     sqe->flags |= IOSQE_IO_LINK;
     sqe = sqe_get(p);
     io_uring_prep_link_timeout(sqe, &p->connect_ts, 0);
-    io_uring_sqe_set_data64(sqe, pud(POP_TIMEOUT, 0, 0));
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_TIMEOUT, 0, 0));
     l->connect_inflight = true;
 }
 
@@ -847,17 +732,18 @@ bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_
         return false;
     }
     size_t n = tk_wire_encoded_len(f);
-    if (l->out_len + (l->snd_len - l->snd_off) + n > OUT_MAX) {
+    if (l->st.out.len + tk_stream_unsent(&l->st) + n > OUT_MAX) {
         /* The peer does not keep up: cut the link rather than queue without
          * bound; Raft resends from the follower's match index later. */
         p->st.frames_dropped++;
         tk_plink_close(p, l);
         return false;
     }
-    out_reserve(l, n);
-    size_t w = tk_wire_encode(f, l->out + l->out_len, l->out_cap - l->out_len);
+    tk_sbuf_reserve(&l->st.out, n);
+    size_t w =
+        tk_wire_encode(f, (uint8_t *)l->st.out.p + l->st.out.len, l->st.out.cap - l->st.out.len);
     TK_ASSERT(w == n);
-    l->out_len += n;
+    l->st.out.len += (uint32_t)n;
     p->st.frames_out++;
     return true;
 }
@@ -876,20 +762,20 @@ static void hs_fail(struct tk_peers *p, struct tk_plink *l, bool tell, const cha
     p->st.auth_failures++;
     if (tell) {
         static const char e[] = "E - auth\n";
-        if (l->tls) { /* inside TLS, like every other line */
-            if (tk_tls_write(l->tls, e, sizeof(e) - 1) == TK_OK)
+        if (l->st.tls) { /* inside TLS, like every other line */
+            if (tk_tls_write(l->st.tls, e, sizeof(e) - 1) == TK_OK)
                 tls_push_now(l);
         } else {
-            ssize_t w = send(l->fd, e, sizeof(e) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+            ssize_t w = send(l->st.fd, e, sizeof(e) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
             (void)w;
         }
     }
     if (l->outbound) {
         tk_log(TK_LOG_WARN, "peer handshake failed on outbound link %s: %s", l->addr, why);
     } else {
-        char who[TK_ADDR_MAX + 16];
+        char who[TK_STREAM_NAME_MAX];
         tk_log_limited(&auth_log, TK_LOG_WARN, "auth failed from %s (peer port): %s",
-                       remote_name(l->fd, who, sizeof(who)), why);
+                       tk_stream_peer_name(l->st.fd, who, sizeof(who)), why);
     }
     tk_plink_close(p, l);
 }
@@ -900,9 +786,9 @@ static void hs_fail(struct tk_peers *p, struct tk_plink *l, bool tell, const cha
 static void hs_line(struct tk_peers *p, struct tk_plink *l, const char *line, size_t len)
 {
     struct tk_server *s = p->s;
-    if (l->tls && l->hs.binding[0] == '-') {
+    if (l->st.tls && l->hs.binding[0] == '-') {
         uint8_t b[TK_TLS_BINDING_LEN];
-        if (tk_tls_channel_binding(l->tls, b) != TK_OK) {
+        if (tk_tls_channel_binding(l->st.tls, b) != TK_OK) {
             hs_fail(p, l, false, "no TLS channel binding to bind the proof to");
             return;
         }
@@ -951,9 +837,10 @@ static bool hs_dial(struct tk_peers *p, struct tk_plink *l)
 static void link_input(struct tk_peers *p, struct tk_plink *l)
 {
     size_t pos = 0;
-    while (pos < l->in_len && l->state != L_CLOSING) {
+    const uint8_t *in = (const uint8_t *)l->st.in.p;
+    while (pos < l->st.in.len && l->state != L_CLOSING) {
         if (l->state != L_READY) {
-            if (l->state == L_AUTH && pos == 0 && !l->tls && l->in[0] == TLS_RECORD_HANDSHAKE) {
+            if (l->state == L_AUTH && pos == 0 && !l->st.tls && in[0] == TLS_RECORD_HANDSHAKE) {
                 /* A dialler that opens with a TLS record (AUTH opens with
                  * 'A'): it runs with TLS and this node without. */
                 p->st.tls_failures++;
@@ -963,19 +850,20 @@ static void link_input(struct tk_peers *p, struct tk_plink *l)
                 tk_plink_close(p, l);
                 break;
             }
-            uint8_t *nl = memchr(l->in + pos, '\n', TK_MIN(l->in_len - pos, (size_t)TK_LINE_MAX));
+            const uint8_t *nl =
+                memchr(in + pos, '\n', TK_MIN(l->st.in.len - pos, (size_t)TK_LINE_MAX));
             if (!nl) {
-                if (l->in_len - pos >= TK_LINE_MAX)
+                if (l->st.in.len - pos >= TK_LINE_MAX)
                     hs_fail(p, l, l->state == L_AUTH, "handshake line too long");
                 break;
             }
-            size_t len = (size_t)(nl - (l->in + pos));
-            hs_line(p, l, (const char *)l->in + pos, len);
+            size_t len = (size_t)(nl - (in + pos));
+            hs_line(p, l, (const char *)in + pos, len);
             pos += len + 1;
             continue;
         }
         size_t flen = 0;
-        if (tk_wire_frame_len(l->in + pos, l->in_len - pos, &flen) != TK_OK) {
+        if (tk_wire_frame_len(in + pos, l->st.in.len - pos, &flen) != TK_OK) {
             tk_log(TK_LOG_WARN, "peer frame too large or malformed; closing link");
             p->st.frames_malformed++;
             tk_plink_close(p, l);
@@ -988,10 +876,10 @@ static void link_input(struct tk_peers *p, struct tk_plink *l)
             tk_plink_close(p, l);
             break;
         }
-        if (flen == 0 || l->in_len - pos < flen)
+        if (flen == 0 || l->st.in.len - pos < flen)
             break;
         struct tk_wire_frame f;
-        if (tk_wire_decode(l->in + pos, flen, &f, &p->scratch) != TK_OK) {
+        if (tk_wire_decode(in + pos, flen, &f, &p->scratch) != TK_OK) {
             tk_log(TK_LOG_WARN, "malformed peer frame; closing link");
             p->st.frames_malformed++;
             tk_plink_close(p, l);
@@ -1002,37 +890,63 @@ static void link_input(struct tk_peers *p, struct tk_plink *l)
         p->cb.frame(p->cb.ctx, l, &f);
     }
     if (l->state == L_CLOSING) {
-        l->in_len = 0;
+        l->st.in.len = 0;
         return;
     }
     if (pos) {
-        memmove(l->in, l->in + pos, l->in_len - pos);
-        l->in_len -= pos;
+        memmove(l->st.in.p, l->st.in.p + pos, l->st.in.len - pos);
+        l->st.in.len -= (uint32_t)pos;
     }
-    if (l->in_len >= IN_CAP_MAX - RECV_CHUNK) {
+    if (l->st.in.len >= IN_CAP_MAX - RECV_CHUNK) {
         tk_plink_close(p, l);
     }
 }
 
+/* A link whose deadline counts: connecting or in its handshake. */
+static bool link_handshaking(void *ctx, uint32_t slot, uint32_t gen)
+{
+    struct tk_plink *l = link_get(ctx, slot, gen);
+    return l && (l->state == L_CONNECTING || l->state == L_BANNER || l->state == L_AUTH ||
+                 l->state == L_OK);
+}
+
+static bool unauth_evict(void *ctx, uint32_t slot, uint32_t gen)
+{
+    struct tk_peers *p = ctx;
+    struct tk_plink *l = link_get(p, slot, gen);
+    if (l->outbound || l->state != L_AUTH)
+        return false;
+    p->st.handshakes_evicted++;
+    tk_plink_close(p, l);
+    return true;
+}
+
 /* Inbound links that have not authenticated get 16 of the 64 slots at
- * most: when they are full the oldest goes, so sockets that never
- * authenticate cannot keep real peers (or a joining member) out. */
+ * most: when they are full the oldest goes (net/stream.h), so sockets
+ * that never authenticate cannot keep real peers (or a joining member)
+ * out. */
 static void unauth_budget(struct tk_peers *p)
 {
     uint32_t n = 0;
-    struct tk_plink *oldest = NULL;
     for (uint32_t i = 0; i < LINKS_MAX; i++) {
         struct tk_plink *l = p->links[i];
-        if (!l || l->outbound || l->state != L_AUTH)
-            continue;
-        n++;
-        if (!oldest || l->deadline_us < oldest->deadline_us)
-            oldest = l;
+        n += l && !l->outbound && l->state == L_AUTH;
     }
-    if (n >= UNAUTH_MAX) {
-        p->st.handshakes_evicted++;
-        tk_plink_close(p, oldest);
-    }
+    tk_deadlines_budget(&p->hs, n, UNAUTH_MAX, unauth_evict);
+}
+
+/* A link did not connect or finish its handshake in time. */
+static void link_timeout(void *ctx, uint32_t slot, uint32_t gen)
+{
+    struct tk_peers *p = ctx;
+    struct tk_plink *l = link_get(p, slot, gen);
+    p->st.handshake_timeouts++;
+    if (l->st.tls && !tk_tls_ready(l->st.tls))
+        link_warn(p, l, "closed: no TLS handshake within %u ms%s", p->s->opt.handshake_ms,
+                  l->outbound || l->tls_seen
+                      ? ""
+                      : " (a member without --tls-cert dials in plaintext and waits for a banner)");
+    tk_plink_close(p, l);
 }
 
 static void on_accept(struct tk_peers *p, int fd)
@@ -1050,9 +964,10 @@ static void on_accept(struct tk_peers *p, int fd)
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    l->fd = fd;
+    l->st.fd = fd;
     l->state = L_AUTH;
     l->deadline_us = tk_now_us() + (uint64_t)p->s->opt.handshake_ms * 1000u;
+    tk_deadlines_push(&p->hs, l->slot, l->gen, l->deadline_us);
     char snonce[TK_AUTH_HEX_LEN + 1];
     if (tk_auth_nonce(snonce) != TK_OK || (p->tls_server && !tls_begin(p, l))) {
         tk_plink_close(p, l);
@@ -1065,36 +980,29 @@ static void on_accept(struct tk_peers *p, int fd)
     char line[TK_HS_LINE_MAX];
     size_t n = tk_hs_listen(&l->hs, p->s->peer_secret, p->s->peer_secret_len, p->self, snonce, line,
                             sizeof(line));
-    if (!l->tls)
+    if (!l->st.tls)
         send_line(l, line, n);
     arm_recv(p, l);
-}
-
-static struct tk_plink *link_get(struct tk_peers *p, uint32_t slot, uint32_t gen)
-{
-    if (slot >= LINKS_MAX || !p->links[slot] || p->links[slot]->gen != gen)
-        return NULL;
-    return p->links[slot];
 }
 
 static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
 {
     struct tk_ref ud = tk_ref_unpack(io_uring_cqe_get_data64(cqe));
-    int op = (int)ud.tag;
+    enum tk_op op = (enum tk_op)ud.tag;
     uint32_t slot = ud.slot, gen = ud.gen;
     struct tk_plink *l = NULL;
-    if (op == POP_CONNECT || op == POP_RECV || op == POP_SEND) {
+    if (op == OP_CONNECT || op == OP_RECV || op == OP_SEND) {
         l = link_get(p, slot, gen);
         TK_ASSERT(l != NULL);
     }
     switch (op) {
-        case POP_ACCEPT:
+        case OP_ACCEPT:
             if (cqe->res >= 0)
                 on_accept(p, cqe->res);
             tk_accept_done(&p->accept, cqe->res, cqe->flags & IORING_CQE_F_MORE, tk_now_us(),
                            "peer port");
             break;
-        case POP_CONNECT:
+        case OP_CONNECT:
             l->connect_inflight = false;
             if (l->state != L_CONNECTING) {
                 link_finish_close(p, l);
@@ -1114,10 +1022,10 @@ static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
                 arm_recv(p, l);
             }
             break;
-        case POP_RECV:
+        case OP_RECV:
             l->recv_inflight = false;
             if (cqe->res <= 0 || l->state == L_CLOSING) {
-                if (cqe->res == 0 && l->tls)
+                if (cqe->res == 0 && l->st.tls)
                     tls_eof(p, l);
                 tk_plink_close(p, l);
                 link_finish_close(p, l);
@@ -1125,30 +1033,25 @@ static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
             }
             p->st.bytes_in += (uint64_t)cqe->res;
             l->active_us = tk_now_us();
-            if (l->tls)
-                tls_open(p, l, (size_t)cqe->res);
-            else
-                l->in_len += (size_t)cqe->res;
+            link_recv(p, l, (size_t)cqe->res);
             link_input(p, l);
             if (l->state != L_CLOSING)
                 arm_recv(p, l);
             else
                 link_finish_close(p, l);
             break;
-        case POP_SEND:
+        case OP_SEND:
             l->send_inflight = false;
             if (cqe->res < 0) {
                 tk_plink_close(p, l);
                 link_finish_close(p, l);
                 break;
             }
-            l->snd_off += (size_t)cqe->res;
+            tk_stream_sent(&l->st, (size_t)cqe->res);
             p->st.bytes_out += (uint64_t)cqe->res;
-            if (l->snd_off == l->snd_len)
-                l->snd_len = l->snd_off = 0;
             link_finish_close(p, l);
             break;
-        case POP_WAKE:
+        case OP_WAKE:
             arm_wake(p);
             break;
         default:
@@ -1158,27 +1061,17 @@ static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
 
 static void flush_link(struct tk_peers *p, struct tk_plink *l)
 {
-    if (l->send_inflight || l->fd < 0 || l->state == L_CLOSING || l->state == L_CONNECTING)
+    if (l->send_inflight || l->st.fd < 0 || l->state == L_CLOSING || l->state == L_CONNECTING)
         return;
-    if (l->tls && l->snd_len == 0) {
-        tls_seal(p, l);
-        if (l->state == L_CLOSING)
-            return;
-    } else if (l->snd_len == 0 && l->out_len > 0) {
-        uint8_t *t = l->snd;
-        size_t tcap = l->snd_cap;
-        l->snd = l->out;
-        l->snd_cap = l->out_cap;
-        l->snd_len = l->out_len;
-        l->snd_off = 0;
-        l->out = t;
-        l->out_cap = tcap;
-        l->out_len = 0;
+    if (l->st.snd.len == 0 && l->st.type->output(&l->st) != TK_OK) {
+        tls_failed(p, l, NULL);
+        return;
     }
-    if (l->snd_len > l->snd_off) {
+    if (tk_stream_unsent(&l->st) > 0) {
         struct io_uring_sqe *sqe = sqe_get(p);
-        io_uring_prep_send(sqe, l->fd, l->snd + l->snd_off, l->snd_len - l->snd_off, MSG_NOSIGNAL);
-        io_uring_sqe_set_data64(sqe, pud(POP_SEND, l->slot, l->gen));
+        io_uring_prep_send(sqe, l->st.fd, l->st.snd.p + l->st.snd_off, tk_stream_unsent(&l->st),
+                           MSG_NOSIGNAL);
+        io_uring_sqe_set_data64(sqe, tk_ud(OP_SEND, l->slot, l->gen));
         l->send_inflight = true;
     }
 }
@@ -1189,23 +1082,11 @@ static unsigned peers_run(struct tk_peers *p, uint64_t timeout_us, bool enter)
     uint64_t now = tk_now_us();
     if (tk_accept_due(&p->accept, now) && !atomic_load(&p->s->stopping))
         arm_accept(p);
+    tk_deadlines_expire(&p->hs, now, link_timeout);
     for (uint32_t i = 0; i < LINKS_MAX; i++) {
         struct tk_plink *l = p->links[i];
-        if (!l)
-            continue;
-        if (l->state == L_IDLE && l->outbound && !l->forget && now >= l->retry_at_us)
+        if (l && l->state == L_IDLE && l->outbound && !l->forget && now >= l->retry_at_us)
             dial(p, l);
-        else if (l->state != L_READY && l->state != L_IDLE && l->state != L_CLOSING &&
-                 l->state != L_RESOLVING && now >= l->deadline_us) {
-            p->st.handshake_timeouts++;
-            if (l->tls && !tk_tls_ready(l->tls))
-                link_warn(p, l, "closed: no TLS handshake within %u ms%s", p->s->opt.handshake_ms,
-                          l->outbound || l->tls_seen
-                              ? ""
-                              : " (a member without --tls-cert dials in plaintext and waits "
-                                "for a banner)");
-            tk_plink_close(p, l);
-        }
         if (p->links[i])
             flush_link(p, p->links[i]);
     }
@@ -1272,7 +1153,9 @@ int tk_peers_create(struct tk_server *s,
     p->connect_ts.tv_nsec = (CONNECT_TIMEOUT_MS % 1000) * 1000000;
     p->scratch.entries = calloc(TK_WIRE_ENTRIES_MAX, sizeof(struct tk_raft_entry));
     p->scratch.entries_cap = TK_WIRE_ENTRIES_MAX;
-    if (!p->scratch.entries) {
+    if (!p->scratch.entries || tk_deadlines_init(&p->hs, LINKS_MAX, p, link_handshaking) != TK_OK) {
+        free(p->scratch.entries);
+        tk_deadlines_free(&p->hs);
         free(p);
         return TK_ENOMEM;
     }
@@ -1281,6 +1164,7 @@ int tk_peers_create(struct tk_server *s,
         if (tls_contexts(&s->opt, &p->tls_server, &p->tls_client, why, sizeof(why)) != TK_OK) {
             tk_log(TK_LOG_ERROR, "peer TLS: %s", why);
             free(p->scratch.entries);
+            tk_deadlines_free(&p->hs);
             free(p);
             return TK_EINVAL;
         }
@@ -1299,6 +1183,7 @@ int tk_peers_create(struct tk_server *s,
         tk_tls_ctx_unref(p->tls_server);
         tk_tls_ctx_unref(p->tls_client);
         free(p->scratch.entries);
+        tk_deadlines_free(&p->hs);
         free(p);
         return TK_EUNSUPPORTED;
     }
@@ -1310,6 +1195,7 @@ int tk_peers_create(struct tk_server *s,
         tk_tls_ctx_unref(p->tls_server);
         tk_tls_ctx_unref(p->tls_client);
         free(p->scratch.entries);
+        tk_deadlines_free(&p->hs);
         free(p);
         return TK_EIO;
     }
@@ -1337,12 +1223,9 @@ void tk_peers_destroy(struct tk_peers *p)
         struct tk_plink *l = p->links[i];
         if (!l)
             continue;
-        if (l->fd >= 0)
-            close(l->fd);
-        tk_tls_free(l->tls);
-        free(l->in);
-        free(l->out);
-        free(l->snd);
+        if (l->st.fd >= 0)
+            close(l->st.fd);
+        tk_stream_free(&l->st);
         free(l);
     }
     tk_tls_ctx_unref(p->tls_server);
@@ -1351,6 +1234,7 @@ void tk_peers_destroy(struct tk_peers *p)
     if (p->listen_fd >= 0)
         close(p->listen_fd);
     free(p->scratch.entries);
+    tk_deadlines_free(&p->hs);
     free(p);
 }
 

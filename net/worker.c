@@ -198,8 +198,9 @@ static void handle_cqe(struct tk_worker *w, struct io_uring_cqe *cqe)
 static uint64_t next_deadline(struct tk_worker *w)
 {
     uint64_t t = tk_shard_deadline(w->shard);
-    if (w->hs_len > 0)
-        t = TK_MIN(t, w->hs[w->hs_head].at_us);
+    uint64_t hs_at;
+    if (tk_deadlines_next(&w->hs, &hs_at))
+        t = TK_MIN(t, hs_at);
     if (!w->accept.armed)
         t = TK_MIN(t, w->accept.retry_at_us);
     return TK_MIN(t, w->now_us + 100000u); /* wake at least every 100 ms */
@@ -401,9 +402,7 @@ int tk_worker_create(struct tk_server *s, uint32_t idx)
     uint32_t n = s->opt.max_connections;
     w->conns = calloc(n, sizeof(*w->conns));
     w->free_slots = malloc(n * sizeof(*w->free_slots));
-    w->hs_cap = n;
-    w->hs = malloc(n * sizeof(*w->hs));
-    if (!w->conns || !w->free_slots || !w->hs)
+    if (!w->conns || !w->free_slots || conn_deadlines_init(w, n) != TK_OK)
         return TK_ENOMEM;
     w->nconns_alloc = n;
     for (uint32_t i = 0; i < n; i++)
@@ -492,7 +491,7 @@ void tk_worker_destroy(struct tk_server *s, uint32_t idx)
         conn_free_all(w);
     free(w->conns);
     free(w->free_slots);
-    free(w->hs);
+    tk_deadlines_free(&w->hs);
     for (uint32_t j = 0; j < s->nworkers; j++) {
         if (j != idx)
             tk_ring_free(&w->inbox[j]);
