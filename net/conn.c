@@ -37,7 +37,7 @@
 
 static void arm_recv(struct tk_worker *w, struct conn *c)
 {
-    struct io_uring_sqe *sqe = worker_sqe(w);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
     io_uring_prep_recv_multishot(sqe, c->st.fd, NULL, 0, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = 0;
@@ -54,7 +54,7 @@ static void watch_paused(struct tk_worker *w, struct conn *c)
     if (c->state != CONN_READY || !c->recv_stopped || c->recv_armed || c->cancel_inflight ||
         c->poll_armed)
         return;
-    struct io_uring_sqe *sqe = worker_sqe(w);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
     io_uring_prep_poll_add(sqe, c->st.fd, POLLRDHUP);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_POLL, c->slot, c->gen));
     c->poll_armed = true;
@@ -64,7 +64,7 @@ static void cancel_recv(struct tk_worker *w, struct conn *c)
 {
     if (!c->recv_armed || c->cancel_inflight)
         return;
-    struct io_uring_sqe *sqe = worker_sqe(w);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
     io_uring_prep_cancel64(sqe, tk_ud(OP_RECV, c->slot, c->gen), 0);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_CANCEL, c->slot, c->gen));
     c->cancel_inflight = true;
@@ -139,7 +139,7 @@ static void conn_maybe_release(struct tk_worker *w, struct conn *c)
         return;
     }
     if (c->poll_armed && !c->poll_removing) {
-        struct io_uring_sqe *sqe = worker_sqe(w);
+        struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
         io_uring_prep_poll_remove(sqe, tk_ud(OP_POLL, c->slot, c->gen));
         io_uring_sqe_set_data64(sqe, tk_ud(OP_CANCEL, 0xffffff, 0)); /* nothing to do */
         c->poll_removing = true;
@@ -183,7 +183,9 @@ void conn_moved(struct tk_worker *w, struct conn *c)
 
 /* ---- TLS ----------------------------------------------------------------- */
 
-struct tk_tls_ctx *tk_server_tls_ctx(struct tk_server *s)
+/* The current client-port context with a reference the caller drops
+ * with tk_tls_ctx_unref(), or NULL without TLS. */
+static struct tk_tls_ctx *server_tls_ctx(struct tk_server *s)
 {
     if (!s->tls)
         return NULL;
@@ -229,7 +231,7 @@ static void tls_failed(struct tk_worker *w, struct conn *c)
  * out of memory). */
 static struct tk_tls *tls_start(struct tk_worker *w)
 {
-    struct tk_tls_ctx *ctx = tk_server_tls_ctx(w->s);
+    struct tk_tls_ctx *ctx = server_tls_ctx(w->s);
     struct tk_tls *tls = tk_tls_new(ctx, NULL); /* takes a reference of its own */
     tk_tls_ctx_unref(ctx);
     return tls;
@@ -535,13 +537,10 @@ void conn_on_recv(struct tk_worker *w, struct conn *c, struct io_uring_cqe *cqe)
     if (cqe->res > 0) {
         TK_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
         uint32_t bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
-        TK_ASSERT(bid < TK_WORKER_BUF_COUNT);
-        char *data = w->bufs + (size_t)bid * TK_WORKER_BUF_SIZE;
+        char *data = tk_bufring_data(w->bufs, bid);
         if (c->state == CONN_HANDSHAKE || c->state == CONN_READY)
             conn_input(w, c, data, (size_t)cqe->res);
-        io_uring_buf_ring_add(w->br, data, TK_WORKER_BUF_SIZE, (unsigned short)bid,
-                              io_uring_buf_ring_mask(TK_WORKER_BUF_COUNT), 0);
-        io_uring_buf_ring_advance(w->br, 1);
+        tk_bufring_recycle(w->br, w->bufs, bid);
         conn_parse(w, c);
     } else if (cqe->res == 0 || (cqe->res < 0 && cqe->res != -ENOBUFS && cqe->res != -ECANCELED)) {
         /* End of stream or a socket error: the client is gone. */
@@ -601,7 +600,7 @@ static void flush_conn(struct tk_worker *w, struct conn *c)
             c->st.type->output(&c->st); /* what TLS has pending still goes: an alert */
         }
         if (tk_stream_unsent(&c->st) > 0) {
-            struct io_uring_sqe *sqe = worker_sqe(w);
+            struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
             io_uring_prep_send(sqe, c->st.fd, c->st.snd.p + c->st.snd_off, tk_stream_unsent(&c->st),
                                MSG_NOSIGNAL);
             io_uring_sqe_set_data64(sqe, tk_ud(OP_SEND, c->slot, c->gen));

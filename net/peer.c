@@ -39,6 +39,7 @@
 #include "core/tls.h"
 #include "net/resolve.h"
 #include "net/stream.h"
+#include "net/uring.h"
 
 #define LINKS_MAX 64 /* outbound + inbound links */
 /* The table is split so that no kind of link can fill it: inbound links
@@ -124,27 +125,16 @@ struct tk_peers {
     struct tk_stream_log inbound_log;
 };
 
-static struct io_uring_sqe *sqe_get(struct tk_peers *p)
-{
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&p->ring);
-    if (!sqe) {
-        io_uring_submit(&p->ring);
-        sqe = io_uring_get_sqe(&p->ring);
-    }
-    TK_ASSERT(sqe != NULL);
-    return sqe;
-}
-
 static void arm_wake(struct tk_peers *p)
 {
-    struct io_uring_sqe *sqe = sqe_get(p);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
     io_uring_prep_read(sqe, p->wake_fd, &p->wake_buf, sizeof(p->wake_buf), 0);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_WAKE, 0, 0));
 }
 
 static void arm_accept(struct tk_peers *p)
 {
-    struct io_uring_sqe *sqe = sqe_get(p);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
     io_uring_prep_multishot_accept(sqe, p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_ACCEPT, 0, 0));
     p->accept.armed = true;
@@ -153,7 +143,7 @@ static void arm_accept(struct tk_peers *p)
 static void arm_recv(struct tk_peers *p, struct tk_plink *l)
 {
     tk_sbuf_reserve(&l->st.in, RECV_CHUNK);
-    struct io_uring_sqe *sqe = sqe_get(p);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
     io_uring_prep_recv(sqe, l->st.fd, l->st.in.p + l->st.in.len, l->st.in.cap - l->st.in.len, 0);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_RECV, l->slot, l->gen));
     l->recv_inflight = true;
@@ -213,7 +203,7 @@ void tk_plink_close(struct tk_peers *p, struct tk_plink *l)
     if (l->st.fd >= 0)
         shutdown(l->st.fd, SHUT_RDWR);
     if (l->connect_inflight) {
-        struct io_uring_sqe *sqe = sqe_get(p);
+        struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
         io_uring_prep_cancel64(sqe, tk_ud(OP_CONNECT, l->slot, l->gen), 0);
         io_uring_sqe_set_data64(sqe, tk_ud(OP_CANCEL, 0, 0));
     }
@@ -574,11 +564,11 @@ static void connect_start(struct tk_peers *p, struct tk_plink *l)
     l->state = L_CONNECTING;
     l->deadline_us = tk_now_us() + (uint64_t)p->s->opt.handshake_ms * 1000u;
     tk_deadlines_push(&p->hs, l->slot, l->gen, l->deadline_us);
-    struct io_uring_sqe *sqe = sqe_get(p);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
     io_uring_prep_connect(sqe, l->st.fd, (struct sockaddr *)&l->sa, l->salen);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_CONNECT, l->slot, l->gen));
     sqe->flags |= IOSQE_IO_LINK;
-    sqe = sqe_get(p);
+    sqe = tk_uring_sqe(&p->ring);
     io_uring_prep_link_timeout(sqe, &p->connect_ts, 0);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_TIMEOUT, 0, 0));
     l->connect_inflight = true;
@@ -1068,7 +1058,7 @@ static void flush_link(struct tk_peers *p, struct tk_plink *l)
         return;
     }
     if (tk_stream_unsent(&l->st) > 0) {
-        struct io_uring_sqe *sqe = sqe_get(p);
+        struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
         io_uring_prep_send(sqe, l->st.fd, l->st.snd.p + l->st.snd_off, tk_stream_unsent(&l->st),
                            MSG_NOSIGNAL);
         io_uring_sqe_set_data64(sqe, tk_ud(OP_SEND, l->slot, l->gen));

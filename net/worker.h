@@ -13,10 +13,8 @@
 #include "core/tls.h"
 #include "net/server.h"
 #include "net/stream.h"
+#include "net/uring.h"
 #include "shard/shard.h"
-
-#define TK_WORKER_BUF_COUNT 512 /* provided recv buffers; power of two */
-#define TK_WORKER_BUF_SIZE 8192
 
 enum conn_state { CONN_FREE, CONN_HANDSHAKE, CONN_READY, CONN_CLOSING };
 
@@ -100,6 +98,5 @@ void conn_resume_all(struct tk_worker *w);
 void conn_free_all(struct tk_worker *w);
 /* Frees what TLS keeps per thread; the worker's last call. */
 void conn_tls_thread_end(void);
-struct io_uring_sqe *worker_sqe(struct tk_worker *w);
 
 #endif
