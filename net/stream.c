@@ -193,6 +193,17 @@ void tk_stream_sent(struct tk_stream *s, size_t n)
         s->snd.len = s->snd_off = 0;
 }
 
+void tk_stream_push_now(struct tk_stream *s, bool send_inflight)
+{
+    size_t n = 0;
+    const uint8_t *c = s->tls ? tk_tls_pending(s->tls, &n) : NULL;
+    if (n == 0 || send_inflight || s->fd < 0)
+        return;
+    ssize_t w = send(s->fd, c, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)w;
+    tk_tls_sent(s->tls, n);
+}
+
 const char *tk_stream_peer_name(int fd, char *buf, size_t cap)
 {
     struct sockaddr_storage a;

@@ -121,6 +121,11 @@ static inline uint32_t tk_stream_unsent(const struct tk_stream *s)
 }
 /* A send of n bytes of s->snd completed. */
 void tk_stream_sent(struct tk_stream *s, size_t n);
+/* What lies pending beneath s->out (with TLS: an alert) straight to the
+ * socket, best effort and without blocking, for a stream about to close,
+ * so that the other end learns why rather than only that it ended. Not
+ * while a send is in flight (the bytes would be reordered). */
+void tk_stream_push_now(struct tk_stream *s, bool send_inflight);
 
 /* "host:port" ("[v6]:port") of the other end of socket fd, for log lines;
  * a sentence when it is unknown. Returns buf. */
