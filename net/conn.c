@@ -199,13 +199,6 @@ static struct tk_tls_ctx *server_tls_ctx(struct tk_server *s)
     return ctx;
 }
 
-void conn_tls_thread_end(void)
-{
-    /* wolfSSL keeps an ECC point cache per thread, filled by the TLS
-     * handshakes this worker ran, that only this frees. */
-    tk_tls_thread_done();
-}
-
 /* The connection's TLS failed (a bad or missing client certificate, a
  * plaintext client, a corrupt record): close it, sending only what TLS
  * itself has pending (an alert). Counted always, logged at most
@@ -231,6 +224,7 @@ static void tls_failed(struct tk_worker *w, struct conn *c)
  * out of memory). */
 static struct tk_tls *tls_start(struct tk_worker *w)
 {
+    tk_stream_tls_thread();
     struct tk_tls_ctx *ctx = server_tls_ctx(w->s);
     struct tk_tls *tls = tk_tls_new(ctx, NULL); /* takes a reference of its own */
     tk_tls_ctx_unref(ctx);

@@ -9,7 +9,6 @@
  * client certificate signed by the peer CA; the dialling side verifies
  * the server's certificate against it and the host part of the address
  * it dialled, and presents its own. */
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -56,40 +55,13 @@ static void tls_name(const char *addr, char *out, size_t cap)
     tk_tls_host_name(host, out, cap);
 }
 
-/* wolfSSL (built with FP_ECC) keeps an ECC point cache per thread, filled
- * by the handshakes a thread runs, that only that thread can free. The
- * Raft thread's is freed when it exits, by a thread-specific destructor,
- * so its owner (net/raftd.c) needs no TLS call of its own. */
-static pthread_key_t tls_thread_key;
-static pthread_once_t tls_thread_once = PTHREAD_ONCE_INIT;
-
-static void tls_thread_end(void *unused)
-{
-    (void)unused;
-    tk_tls_thread_done();
-}
-
-static void tls_thread_key_init(void)
-{
-    int rc = pthread_key_create(&tls_thread_key, tls_thread_end);
-    TK_ASSERT(rc == 0);
-}
-
-/* The calling thread runs TLS: free its cache when it exits. */
-static void tls_thread_mark(void)
-{
-    pthread_once(&tls_thread_once, tls_thread_key_init);
-    if (!pthread_getspecific(tls_thread_key))
-        pthread_setspecific(tls_thread_key, (void *)1);
-}
-
 /* Gives a link whose socket just connected (or was accepted) its TLS
  * state, on the current context. A dialler writes its ClientHello now.
  * False on allocation failure. */
 bool peer_tls_begin(struct tk_peers *p, struct tk_plink *l)
 {
     TK_ASSERT(l->st.tls == NULL);
-    tls_thread_mark();
+    tk_stream_tls_thread();
     l->tls_seen = false;
     struct tk_tls *tls;
     if (!l->outbound) {
@@ -219,7 +191,7 @@ int tk_peers_tls_reload(struct tk_peers *p)
         return TK_OK;
     struct tk_tls_ctx *server, *client;
     char why[TK_TLS_ERR_MAX];
-    tls_thread_mark(); /* the contexts' self check runs a handshake here */
+    tk_stream_tls_thread(); /* the contexts' self check runs a handshake here */
     if (peer_tls_contexts(&p->s->opt, &server, &client, why, sizeof(why)) != TK_OK) {
         tk_log(TK_LOG_ERROR, "peer TLS reload failed, keeping the previous certificates: %s", why);
         return TK_EINVAL;

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,32 @@ const struct tk_stream_type tk_stream_tls = {
     .pending = tls_pending,
     .discard = tls_discard,
 };
+
+/* wolfSSL (built with FP_ECC) keeps an ECC point cache per thread, filled
+ * by the handshakes a thread runs, that only that thread can free: a
+ * thread-specific destructor frees it when a thread that ran TLS exits
+ * (a worker, the Raft thread), so their owners need no TLS call. */
+static pthread_key_t tls_thread_key;
+static pthread_once_t tls_thread_once = PTHREAD_ONCE_INIT;
+
+static void tls_thread_end(void *unused)
+{
+    (void)unused;
+    tk_tls_thread_done();
+}
+
+static void tls_thread_key_init(void)
+{
+    int rc = pthread_key_create(&tls_thread_key, tls_thread_end);
+    TK_ASSERT(rc == 0);
+}
+
+void tk_stream_tls_thread(void)
+{
+    pthread_once(&tls_thread_once, tls_thread_key_init);
+    if (!pthread_getspecific(tls_thread_key))
+        pthread_setspecific(tls_thread_key, (void *)1);
+}
 
 /* ---- the stream ---------------------------------------------------------- */
 

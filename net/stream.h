@@ -85,6 +85,11 @@ struct tk_stream_type {
 
 extern const struct tk_stream_type tk_stream_plain, tk_stream_tls;
 
+/* The calling thread runs TLS (it is about to make a tk_tls): what
+ * wolfSSL keeps per thread is freed when the thread exits. Cheap after
+ * the first call. */
+void tk_stream_tls_thread(void);
+
 struct tk_stream {
     int fd;
     const struct tk_stream_type *type;

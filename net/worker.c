@@ -372,8 +372,7 @@ static void *worker_main(void *arg)
     io_uring_queue_exit(&w->ring);
     free(w->bufs);
     free(w->br);
-    conn_tls_thread_end();
-    return NULL;
+    return NULL; /* what TLS kept for this thread goes now (tk_stream_tls_thread) */
 }
 
 /* ------------------------------------------------------------------ */

@@ -96,7 +96,5 @@ void conn_expire_handshakes(struct tk_worker *w);
 int conn_deadlines_init(struct tk_worker *w, uint32_t n);
 void conn_resume_all(struct tk_worker *w);
 void conn_free_all(struct tk_worker *w);
-/* Frees what TLS keeps per thread; the worker's last call. */
-void conn_tls_thread_end(void);
 
 #endif
