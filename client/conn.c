@@ -621,56 +621,45 @@ void cl_conn_flush(struct cl_conn *k, uint64_t now_us)
 
 /* ---- input --------------------------------------------------------------------- */
 
-static void conn_on_banner(struct cl_conn *k, const char *line, size_t len, uint64_t now_us)
+/* A line of the handshake (BANNER or AUTH), through core/handshake.c:
+ * the AUTH answers the banner; the OK, once its server proof checked
+ * out, is followed by the probe. */
+static void conn_on_handshake(struct cl_conn *k, const char *line, size_t len, uint64_t now_us)
 {
     struct tk_client *c = k->client;
-    const char *snonce;
-    char proof[TK_AUTH_HEX_LEN + 1];
-    size_t cap;
-    if (!tk_proto_parse_banner(line, len, false, &snonce)) {
-        cl_conn_fail(k,
-                     len >= 2 && line[0] == 'E' ? "refused (E before the banner)"
-                                                : "not a Ticketing client port",
-                     now_us);
-        return;
+    char out[TK_HS_LINE_MAX];
+    size_t n = 0, cap;
+    if (k->state == CL_CONN_BANNER) {
+        char cnonce[TK_AUTH_HEX_LEN + 1];
+        if (tk_auth_nonce(cnonce) != TK_OK) {
+            cl_conn_fail(k, "no random bytes for a nonce", now_us);
+            return;
+        }
+        tk_hs_client_dial(&k->hs, c->secret, c->secret_len, cnonce);
     }
-    memcpy(k->snonce, snonce, TK_AUTH_HEX_LEN);
-    k->snonce[TK_AUTH_HEX_LEN] = '\0';
-    if (tk_auth_nonce(k->cnonce) != TK_OK) {
-        cl_conn_fail(k, "no random bytes for a nonce", now_us);
-        return;
-    }
-    tk_auth_proof(c->secret, c->secret_len, false, k->snonce, k->cnonce, proof);
-    char *p = conn_tail(k, &cap);
-    conn_append(k, tk_proto_fmt_auth(p, cap, k->cnonce, proof));
-    k->state = CL_CONN_AUTH; /* written by the loop's flush, after this batch of lines */
-}
-
-static void conn_on_ok(struct cl_conn *k, const char *line, size_t len, uint64_t now_us)
-{
-    struct tk_client *c = k->client;
-    const char *sproof;
-    uint64_t node_id, domain[2];
-    char expect[TK_AUTH_HEX_LEN + 1];
-    size_t cap;
-    if (!tk_proto_parse_ok(line, len, &sproof, &node_id, domain)) {
-        bool auth = len == 8 && memcmp(line, "E - auth", 8) == 0;
-        if (auth) {
+    enum tk_hs_state st = tk_hs_line(&k->hs, line, len, out, sizeof out, &n);
+    if (st == TK_HS_FAILED) {
+        if (k->hs.fail == TK_HS_E_AUTH_REFUSED) {
             atomic_fetch_add_explicit(&c->st_auth_failures, 1, memory_order_relaxed);
             cl_log(c, 0, "%s refused our proof: is the client secret right?", k->addr);
+        } else if (k->hs.fail == TK_HS_E_SERVER_PROOF) {
+            /* Mutual authentication (SPEC 2): this peer does not know our
+             * secret, so nothing it says (an M included) is believed. */
+            atomic_fetch_add_explicit(&c->st_auth_failures, 1, memory_order_relaxed);
+            cl_log(c, 0, "%s sent a wrong server proof: not our cluster", k->addr);
         }
-        cl_conn_fail(k, auth ? "authentication refused" : "bad handshake answer", now_us);
+        cl_conn_fail(k, tk_hs_why(&k->hs), now_us);
         return;
     }
-    tk_auth_proof(c->secret, c->secret_len, true, k->snonce, k->cnonce, expect);
-    if (!tk_auth_equal(expect, sproof, TK_AUTH_HEX_LEN)) {
-        /* Mutual authentication (SPEC 2): this peer does not know our
-         * secret, so nothing it says (an M included) is believed. */
-        atomic_fetch_add_explicit(&c->st_auth_failures, 1, memory_order_relaxed);
-        cl_log(c, 0, "%s sent a wrong server proof: not our cluster", k->addr);
-        cl_conn_fail(k, "wrong server proof", now_us);
+    if (st == TK_HS_OK) {
+        char *p = conn_tail(k, &cap);
+        TK_ASSERT(cap >= n);
+        memcpy(p, out, n);
+        conn_append(k, n);
+        k->state = CL_CONN_AUTH; /* written by the loop's flush, after this batch of lines */
         return;
     }
+    TK_ASSERT(st == TK_HS_DONE);
     atomic_fetch_add_explicit(&c->st_handshakes, 1, memory_order_relaxed);
     char *p = conn_tail(k, &cap);
     conn_append(k, tk_proto_fmt_ping(p, cap, CL_PROBE_ID));
@@ -716,12 +705,8 @@ static void conn_on_answer(struct cl_conn *k, const struct tk_response *rsp, uin
 static void conn_line(struct cl_conn *k, const char *line, size_t len, uint64_t now_us)
 {
     struct tk_response rsp;
-    if (k->state == CL_CONN_BANNER) {
-        conn_on_banner(k, line, len, now_us);
-        return;
-    }
-    if (k->state == CL_CONN_AUTH) {
-        conn_on_ok(k, line, len, now_us);
+    if (k->state == CL_CONN_BANNER || k->state == CL_CONN_AUTH) {
+        conn_on_handshake(k, line, len, now_us);
         return;
     }
     if (!tk_proto_parse_response(line, len, &rsp)) {

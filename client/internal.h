@@ -19,6 +19,7 @@
 
 #include "client/ticketing.h"
 #include "core/auth.h"
+#include "core/handshake.h"
 #include "core/proto.h"
 #include "core/tk.h"
 #include "core/tls.h"
@@ -115,8 +116,7 @@ struct cl_conn {
     uint32_t backoff_ms;          /* the next failure waits about this long */
     uint64_t next_attempt_us;     /* IDLE */
     uint64_t attempt_deadline_us; /* RESOLVING .. PROBE */
-    char snonce[TK_AUTH_HEX_LEN + 1];
-    char cnonce[TK_AUTH_HEX_LEN + 1];
+    struct tk_hs hs;              /* BANNER and AUTH: the SPEC 2 handshake (core/handshake.h) */
     uint64_t probe_sent_us;
     /* TLS (NULL: plaintext): made at TCP connect, freed at teardown. Bytes
      * from the socket go in as ciphertext; rbuf receives the plaintext.

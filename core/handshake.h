@@ -1,7 +1,21 @@
-/* The peer handshake (TICKETING-PEER/2, SPEC 2 with the peer secret) as a
- * pure state machine: lines in, lines out, no socket, clock or thread.
- * The Raft thread's peer links (net/peer.c) and `ticketctl remove-member`
- * (client/ticketctl_remove.c) both run it, so the two cannot drift.
+/* The SPEC 2 challenge-response handshake as a pure state machine: lines
+ * in, lines out, no socket, clock or thread. Two variants share it.
+ *
+ * The client port (TICKETING/1, the client secret): the server side runs
+ * in net/conn.c, the client side in libticketing (client/conn.c, and so in
+ * ticketctl), so the two cannot drift:
+ *
+ *   server: TICKETING/1 <snonce>
+ *   client: AUTH <cnonce> <cproof>
+ *   server: OK <sproof> <node-id> <domain-id>          (or E - auth, close)
+ *
+ *   cproof = HMAC-SHA256(client secret, "ticketing/1 client " snonce " "
+ *                        cnonce), sproof the same with "server"
+ *                        (tk_auth_proof).
+ *
+ * The peer port (TICKETING-PEER/2, the peer secret): the Raft thread's
+ * peer links (net/peer.c) and `ticketctl remove-member`
+ * (client/ticketctl_remove.c) run it:
  *
  *   listener: TICKETING-PEER/2 <snonce>
  *   dialler:  AUTH <cnonce> <cproof> <to>
@@ -25,6 +39,10 @@
  * speak to each other, and each side names the other's version when it
  * meets it.
  *
+ * Both variants check the client's proof before anything else and answer
+ * every refusal on the server side with "E - auth" (h->tell); a client
+ * believes nothing a server says before its proof checked out.
+ *
  * Memory: a struct tk_hs is the caller's; it points at the secret, which
  * must outlive it. Any thread may run its own tk_hs.
  */
@@ -37,14 +55,16 @@
 #define TK_HS_LINE_MAX 512 /* a handshake line this module writes, "\n" included */
 
 enum tk_hs_state {
-    TK_HS_BANNER, /* dialler: waits for the banner */
+    TK_HS_BANNER, /* dialler (client): waits for the banner */
     TK_HS_OK,     /* dialler: sent AUTH, waits for OK */
-    TK_HS_AUTH,   /* listener: sent the banner, waits for AUTH */
+    TK_HS_AUTH,   /* listener (server): sent the banner, waits for AUTH */
     TK_HS_DONE,   /* both proofs checked: frames may flow */
     TK_HS_FAILED, /* see tk_hs_why(); the link must close */
 };
 
-/* Why a handshake failed: one sentence each, for logs and ticketctl. */
+/* Why a handshake failed: one sentence each, for logs and ticketctl. The
+ * client port's are the words its logs and libticketing's errors have
+ * always used. */
 #define TK_HS_FAIL_MAP(X)                                                                       \
     X(TK_HS_FINE, "no failure")                                                                 \
     X(TK_HS_E_BANNER, "not a Ticketing peer port (unexpected banner)")                          \
@@ -66,7 +86,13 @@ enum tk_hs_state {
     X(TK_HS_E_OK_LINE, "a malformed answer to AUTH")                                            \
     X(TK_HS_E_SPROOF,                                                                           \
       "the peer's proof is wrong: it does not hold this peer secret, or the connection was "    \
-      "relayed")
+      "relayed")                                                                                \
+    X(TK_HS_E_CLIENT_BANNER, "not a Ticketing client port")                                     \
+    X(TK_HS_E_EARLY_E, "refused (E before the banner)")                                         \
+    X(TK_HS_E_CLIENT_PROOF, "bad proof")                                                        \
+    X(TK_HS_E_AUTH_REFUSED, "authentication refused")                                           \
+    X(TK_HS_E_ANSWER, "bad handshake answer")                                                   \
+    X(TK_HS_E_SERVER_PROOF, "wrong server proof")
 #define TK_HS_FAIL_ENUM(name, text) name,
 enum tk_hs_fail { TK_HS_FAIL_MAP(TK_HS_FAIL_ENUM) TK_HS_FAIL_COUNT };
 
@@ -74,16 +100,34 @@ struct tk_hs {
     uint8_t state; /* enum tk_hs_state */
     uint8_t fail;  /* enum tk_hs_fail, once FAILED */
     bool tell;     /* FAILED listener: send "E - auth" before closing */
+    bool client;   /* the client port's variant (TICKETING/1), else the peer's */
     const uint8_t *secret;
     size_t secret_len;
     char snonce[TK_AUTH_HEX_LEN + 1], cnonce[TK_AUTH_HEX_LEN + 1];
-    char to[TK_HS_ADDR_MAX + 1];       /* dialler: the address dialled; listener: its own */
+    char to[TK_HS_ADDR_MAX + 1];       /* peer dialler: the address dialled; listener: its own */
     char binding[TK_AUTH_HEX_LEN + 1]; /* hex of the TLS channel binding, or "-" */
     uint64_t node_id;                  /* listener: its own; dialler: the peer's, once DONE */
     uint64_t domain[2];                /* likewise: domain[0] low, domain[1] high */
 };
 
-/* A dialler that meant to reach `to` (1-TK_HS_ADDR_MAX bytes, visible
+/* The client port: a client with a fresh nonce of its own
+ * (tk_auth_nonce), before the banner comes. */
+void tk_hs_client_dial(struct tk_hs *h,
+                       const uint8_t *secret,
+                       size_t secret_len,
+                       const char cnonce[TK_AUTH_HEX_LEN + 1]);
+
+/* The client port: a server with a fresh nonce; writes the banner line
+ * ("\n" included) into out and returns its length (0 if cap is too
+ * small). node_id and domain go into the OK line, as in tk_hs_listen. */
+size_t tk_hs_client_listen(struct tk_hs *h,
+                           const uint8_t *secret,
+                           size_t secret_len,
+                           const char snonce[TK_AUTH_HEX_LEN + 1],
+                           char *out,
+                           size_t cap);
+
+/* The peer port: a dialler that meant to reach `to` (1-TK_HS_ADDR_MAX bytes, visible
  * ASCII), with a fresh nonce of its own (tk_auth_nonce). */
 void tk_hs_dial(struct tk_hs *h,
                 const uint8_t *secret,
@@ -91,7 +135,7 @@ void tk_hs_dial(struct tk_hs *h,
                 const char *to,
                 const char cnonce[TK_AUTH_HEX_LEN + 1]);
 
-/* A listener whose own peer address is self, with a fresh nonce; writes
+/* The peer port: a listener whose own peer address is self, with a fresh nonce; writes
  * the banner line ("\n" included) into out and returns its length (0 if
  * cap is too small). node_id and domain go into the OK line: the caller
  * may update h->node_id and h->domain until the AUTH line comes. */
@@ -103,8 +147,9 @@ size_t tk_hs_listen(struct tk_hs *h,
                     char *out,
                     size_t cap);
 
-/* A TLS link: its channel binding, once the TLS handshake is done and
- * before the first line is handed to tk_hs_line. */
+/* A TLS peer link: its channel binding, once the TLS handshake is done
+ * and before the first line is handed to tk_hs_line (the client port's
+ * TICKETING/1 has none). */
 void tk_hs_bind(struct tk_hs *h, const uint8_t binding[TK_AUTH_MAC_LEN]);
 
 /* One received line (without its "\n"; a final "\r" is tolerated). Writes
@@ -125,7 +170,7 @@ const char *tk_hs_why(const struct tk_hs *h);
  * over "ticketing-peer/2 <label> " snonce " " cnonce " " to " " binding
  * " " and data. A peer answers an operator's request with it (the Remove
  * answer), so that a reply cannot be forged by whoever carries the bytes.
- * h must be DONE. */
+ * h must be a DONE peer handshake. */
 void tk_hs_mac(const struct tk_hs *h,
                const char *label,
                const void *data,

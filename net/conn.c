@@ -6,21 +6,18 @@
  * OK (+ M and close when not leader) -> request lines -> close. The
  * handshake deadline runs from accept, so it covers TLS and AUTH alike.
  *
- * TLS (core/tls.h, wolfSSL over memory) sits where bytes meet the socket
- * and nowhere else: received ciphertext goes to tk_tls_feed() and the
- * plaintext tk_tls_read() yields is appended to c->in (tls_open); the
- * plaintext a round wrote to c->out is encrypted in one tk_tls_write()
- * when it moves to c->snd, together with any handshake messages waiting
- * in tk_tls_pending() (tls_seal). The parser and the formatters see only
- * plaintext. The banner is written at accept as without TLS; core/tls
- * holds it until the TLS handshake is done. Without TLS both steps are
- * skipped and the bytes take the same path as ever.
+ * Bytes meet the socket in the connection's stream (net/stream.h), plain
+ * or TLS: received bytes go in through its input, which appends the
+ * plaintext to c->st.in; the plaintext a round wrote to c->st.out leaves
+ * through its output into c->st.snd, one TLS write per round with TLS.
+ * The parser and the formatters see only plaintext. The banner is written
+ * at accept as without TLS; core/tls holds it until the TLS handshake is
+ * done. Line framing lives here, above the stream.
  *
  * Closing: no more input is parsed, pending output is still sent, then the
  * multishot recv is cancelled and the slot is freed once the kernel holds
  * no reference to it (no recv, send or cancel outstanding).
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,60 +30,15 @@
 
 #include "net/worker.h"
 
-#define IN_CAP_START 4096
 #define IN_PAUSE_BYTES 65536         /* paused connection: stop receiving beyond this */
 #define IN_CAP_MAX (1u << 20)        /* a paused connection's input never exceeds this */
 #define OUT_PAUSE_BYTES (256u << 10) /* unsent output that pauses reading */
-#define TLS_READ_CHUNK 16384u        /* room made in c->in per tk_tls_read (one record) */
 #define TLS_LOG_PER_SEC 10           /* TLS failure lines per worker and second */
-
-static void buf_reserve(struct buf *b, uint32_t extra)
-{
-    if (b->len + extra <= b->cap)
-        return;
-    uint32_t cap = b->cap ? b->cap : IN_CAP_START;
-    while (cap < b->len + extra)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    TK_ASSERT(p != NULL);
-    b->p = p;
-    b->cap = cap;
-}
-
-static void buf_free(struct buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof(*b));
-}
-
-/* Ciphertext waiting in the connection's TLS state (0 without TLS). */
-static size_t tls_pending_len(const struct conn *c)
-{
-    size_t n = 0;
-    if (c->tls)
-        tk_tls_pending(c->tls, &n);
-    return n;
-}
-
-/* Output not yet handed to the kernel, plaintext or ciphertext. */
-static bool conn_has_output(const struct conn *c)
-{
-    return c->out.len > 0 || tls_pending_len(c) > 0;
-}
-
-/* The peer is gone (or the stream broke): what was left to say is dropped. */
-static void conn_drop_output(struct conn *c)
-{
-    c->out.len = 0;
-    size_t n = tls_pending_len(c);
-    if (n)
-        tk_tls_sent(c->tls, n);
-}
 
 static void arm_recv(struct tk_worker *w, struct conn *c)
 {
-    struct io_uring_sqe *sqe = worker_sqe(w);
-    io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
+    io_uring_prep_recv_multishot(sqe, c->st.fd, NULL, 0, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = 0;
     io_uring_sqe_set_data64(sqe, tk_ud(OP_RECV, c->slot, c->gen));
@@ -102,8 +54,8 @@ static void watch_paused(struct tk_worker *w, struct conn *c)
     if (c->state != CONN_READY || !c->recv_stopped || c->recv_armed || c->cancel_inflight ||
         c->poll_armed)
         return;
-    struct io_uring_sqe *sqe = worker_sqe(w);
-    io_uring_prep_poll_add(sqe, c->fd, POLLRDHUP);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
+    io_uring_prep_poll_add(sqe, c->st.fd, POLLRDHUP);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_POLL, c->slot, c->gen));
     c->poll_armed = true;
 }
@@ -112,7 +64,7 @@ static void cancel_recv(struct tk_worker *w, struct conn *c)
 {
     if (!c->recv_armed || c->cancel_inflight)
         return;
-    struct io_uring_sqe *sqe = worker_sqe(w);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
     io_uring_prep_cancel64(sqe, tk_ud(OP_RECV, c->slot, c->gen), 0);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_CANCEL, c->slot, c->gen));
     c->cancel_inflight = true;
@@ -147,9 +99,7 @@ static void mark_resume(struct tk_worker *w, struct conn *c)
 /* The TLS seam: plaintext out of the connection goes through here. */
 static void conn_stream_out(struct tk_worker *w, struct conn *c, const char *p, size_t n)
 {
-    buf_reserve(&c->out, (uint32_t)n);
-    memcpy(c->out.p + c->out.len, p, n);
-    c->out.len += (uint32_t)n;
+    tk_stream_write(&c->st, p, n);
     mark_dirty(w, c);
 }
 
@@ -164,14 +114,10 @@ static void conn_free_slot(struct tk_worker *w, struct conn *c)
 {
     TK_ASSERT(!c->recv_armed);
     TK_ASSERT(!c->send_inflight);
-    if (c->fd >= 0)
-        close(c->fd);
-    c->fd = -1;
-    buf_free(&c->in);
-    buf_free(&c->out);
-    buf_free(&c->snd);
-    tk_tls_free(c->tls); /* drops its reference to the context it began with */
-    c->tls = NULL;
+    if (c->st.fd >= 0)
+        close(c->st.fd);
+    c->st.fd = -1;
+    tk_stream_free(&c->st); /* an idle slot holds no buffers */
     c->state = CONN_FREE;
     c->gen++;
     if (c->gen == 0)
@@ -186,14 +132,14 @@ static void conn_maybe_release(struct tk_worker *w, struct conn *c)
 {
     if (c->state != CONN_CLOSING || c->send_inflight || c->dirty)
         return;
-    if (!conn_has_output(c) && c->recv_armed) {
+    if (!tk_stream_has_output(&c->st) && c->recv_armed) {
         /* Everything said: stop the multishot recv; its final CQE releases. */
-        shutdown(c->fd, SHUT_RDWR);
+        shutdown(c->st.fd, SHUT_RDWR);
         cancel_recv(w, c);
         return;
     }
     if (c->poll_armed && !c->poll_removing) {
-        struct io_uring_sqe *sqe = worker_sqe(w);
+        struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
         io_uring_prep_poll_remove(sqe, tk_ud(OP_POLL, c->slot, c->gen));
         io_uring_sqe_set_data64(sqe, tk_ud(OP_CANCEL, 0xffffff, 0)); /* nothing to do */
         c->poll_removing = true;
@@ -211,10 +157,10 @@ void conn_close(struct tk_worker *w, struct conn *c)
     if (c->state == CONN_HANDSHAKE)
         w->handshaking--;
     c->state = CONN_CLOSING;
-    c->in.len = 0;
+    c->st.in.len = 0;
     if (was_ready)
         tk_shard_client_closed(w->shard, tk_client_ref(w->idx, c->slot, c->gen));
-    if (!conn_has_output(c))
+    if (!tk_stream_has_output(&c->st))
         cancel_recv(w, c);
     mark_dirty(w, c); /* flush decides when to release */
 }
@@ -237,7 +183,9 @@ void conn_moved(struct tk_worker *w, struct conn *c)
 
 /* ---- TLS ----------------------------------------------------------------- */
 
-struct tk_tls_ctx *tk_server_tls_ctx(struct tk_server *s)
+/* The current client-port context with a reference the caller drops
+ * with tk_tls_ctx_unref(), or NULL without TLS. */
+static struct tk_tls_ctx *server_tls_ctx(struct tk_server *s)
 {
     if (!s->tls)
         return NULL;
@@ -251,177 +199,89 @@ struct tk_tls_ctx *tk_server_tls_ctx(struct tk_server *s)
     return ctx;
 }
 
-void conn_tls_thread_end(void)
-{
-    /* wolfSSL keeps an ECC point cache per thread, filled by the TLS
-     * handshakes this worker ran, that only this frees. */
-    tk_tls_thread_done();
-}
-
-/* "host:port" of the connection's peer, for log lines. */
-static const char *peer_name(int fd, char *buf, size_t cap)
-{
-    struct sockaddr_storage a;
-    socklen_t len = sizeof(a);
-    char host[INET6_ADDRSTRLEN];
-    if (getpeername(fd, (struct sockaddr *)&a, &len) != 0) {
-        snprintf(buf, cap, "an unknown address");
-    } else if (a.ss_family == AF_INET) {
-        const struct sockaddr_in *v4 = (const struct sockaddr_in *)&a;
-        inet_ntop(AF_INET, &v4->sin_addr, host, sizeof(host));
-        snprintf(buf, cap, "%s:%u", host, ntohs(v4->sin_port));
-    } else if (a.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&a;
-        inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
-        snprintf(buf, cap, "[%s]:%u", host, ntohs(v6->sin6_port));
-    } else {
-        snprintf(buf, cap, "an address of family %d", a.ss_family);
-    }
-    return buf;
-}
-
 /* The connection's TLS failed (a bad or missing client certificate, a
  * plaintext client, a corrupt record): close it, sending only what TLS
  * itself has pending (an alert). Counted always, logged at most
  * TLS_LOG_PER_SEC times a second per worker. */
 static void tls_failed(struct tk_worker *w, struct conn *c)
 {
-    c->out.len = 0; /* plaintext can no longer be sent */
+    c->st.out.len = 0; /* plaintext can no longer be sent */
     if (c->state != CONN_HANDSHAKE && c->state != CONN_READY)
         return;
     w->stat[TK_WSTAT_tls_failures]++;
-    if (w->now_us - w->tls_log_window_us >= 1000000u) {
-        if (w->tls_unlogged)
-            tk_log(TK_LOG_WARN, "TLS: %u more failed client connections were not logged",
-                   w->tls_unlogged);
-        w->tls_log_window_us = w->now_us;
-        w->tls_logged = 0;
-        w->tls_unlogged = 0;
-    }
-    if (w->tls_logged < TLS_LOG_PER_SEC) {
-        char peer[INET6_ADDRSTRLEN + 16];
-        tk_log(TK_LOG_WARN, "TLS: client %s closed: %s", peer_name(c->fd, peer, sizeof(peer)),
-               tk_tls_error(c->tls));
-        w->tls_logged++;
-    } else {
-        w->tls_unlogged++;
+    uint32_t unlogged;
+    if (tk_stream_log_take(&w->tls_log, w->now_us, 1000000u, TLS_LOG_PER_SEC, &unlogged)) {
+        if (unlogged)
+            tk_log(TK_LOG_WARN, "TLS: %u more failed client connections were not logged", unlogged);
+        char peer[TK_STREAM_NAME_MAX];
+        tk_log(TK_LOG_WARN, "TLS: client %s closed: %s",
+               tk_stream_peer_name(c->st.fd, peer, sizeof(peer)), tk_tls_error(c->st.tls));
     }
     conn_close(w, c);
 }
 
-/* Gives a new connection its TLS state, on the current context. */
-static int tls_start(struct tk_worker *w, struct conn *c)
+/* A TLS state for a new connection, on the current context (NULL when
+ * out of memory). */
+static struct tk_tls *tls_start(struct tk_worker *w)
 {
-    TK_ASSERT(c->tls == NULL);
-    struct tk_tls_ctx *ctx = tk_server_tls_ctx(w->s);
-    c->tls = tk_tls_new(ctx, NULL); /* takes a reference of its own */
+    tk_stream_tls_thread();
+    struct tk_tls_ctx *ctx = server_tls_ctx(w->s);
+    struct tk_tls *tls = tk_tls_new(ctx, NULL); /* takes a reference of its own */
     tk_tls_ctx_unref(ctx);
-    return c->tls ? TK_OK : TK_ENOMEM;
+    return tls;
 }
 
-/* Received ciphertext in; every byte of plaintext it completes out into
- * c->in, so nothing waits inside TLS for a recv that a pause may stop.
- * c->in is bounded as on the plaintext path (IN_CAP_MAX, overshot by one
- * record at most before the overload error). Handshake messages (and
- * alerts) the input produced are flushed at the end of the round. */
-static void tls_open(struct tk_worker *w, struct conn *c, const char *data, size_t n)
+/* Received bytes in through the stream: its plaintext lands in c->st.in,
+ * bounded by IN_CAP_MAX (overshot by one TLS record at most) before the
+ * overload error. Handshake messages (and alerts) the input produced are
+ * flushed at the end of the round. */
+static void conn_input(struct tk_worker *w, struct conn *c, const char *data, size_t n)
 {
-    int rc = tk_tls_feed(c->tls, data, n);
-    while (rc == TK_OK) {
-        if (c->in.len > IN_CAP_MAX) {
-            conn_error(w, c, TK_REASON_OVERLOAD);
-            break;
-        }
-        buf_reserve(&c->in, TLS_READ_CHUNK);
-        size_t got = 0;
-        rc = tk_tls_read(c->tls, c->in.p + c->in.len, c->in.cap - c->in.len, &got);
-        if (got == 0)
-            break;
-        c->in.len += (uint32_t)got;
-    }
-    if (rc == TK_ECLOSED) { /* close_notify: as an end of stream */
+    int rc = c->st.type->input(&c->st, data, n, IN_CAP_MAX);
+    if (rc == TK_EFULL) {
+        conn_error(w, c, TK_REASON_OVERLOAD);
+    } else if (rc == TK_ECLOSED) { /* close_notify: as an end of stream */
         conn_close(w, c);
-        conn_drop_output(c);
+        c->st.type->discard(&c->st);
     } else if (rc != TK_OK) {
         tls_failed(w, c);
     }
-    if (tls_pending_len(c) > 0)
+    if (c->st.type->pending(&c->st) > 0)
         mark_dirty(w, c);
-}
-
-/* Moves output to c->snd, which is empty: the round's plaintext is
- * encrypted in one call (records of up to 16 KiB rather than one per
- * line), then all ciphertext pending is taken, handshake messages
- * included. A copy, because TLS appends to its buffer while a send of
- * the previous bytes is still in flight. */
-static void tls_seal(struct tk_worker *w, struct conn *c)
-{
-    TK_ASSERT(c->snd.len == 0);
-    if (c->out.len > 0) {
-        uint32_t len = c->out.len;
-        c->out.len = 0;
-        if (tk_tls_write(c->tls, c->out.p, len) != TK_OK)
-            tls_failed(w, c);
-    }
-    size_t n;
-    const uint8_t *p = tk_tls_pending(c->tls, &n);
-    if (n == 0)
-        return;
-    TK_ASSERT(n < UINT32_MAX / 2);
-    buf_reserve(&c->snd, (uint32_t)n);
-    memcpy(c->snd.p, p, n);
-    c->snd.len = (uint32_t)n;
-    c->snd_off = 0;
-    tk_tls_sent(c->tls, n);
 }
 
 static bool conn_paused(const struct tk_worker *w, const struct conn *c)
 {
     return c->inflight >= w->s->opt.max_inflight ||
-           c->out.len + (c->snd.len - c->snd_off) >= OUT_PAUSE_BYTES;
+           c->st.out.len + tk_stream_unsent(&c->st) >= OUT_PAUSE_BYTES;
 }
 
-/* Drops deadlines of connections that finished or closed, keeping order. */
-static void hs_compact(struct tk_worker *w)
+static bool conn_handshaking(void *ctx, uint32_t slot, uint32_t gen)
 {
-    uint32_t kept = 0;
-    for (uint32_t i = 0; i < w->hs_len; i++) {
-        struct hs_deadline d = w->hs[(w->hs_head + i) % w->hs_cap];
-        struct conn *c = conn_get(w, d.slot, d.gen);
-        if (c && c->state == CONN_HANDSHAKE)
-            w->hs[(w->hs_head + kept++) % w->hs_cap] = d;
-    }
-    w->hs_len = kept;
+    struct conn *c = conn_get(ctx, slot, gen);
+    return c && c->state == CONN_HANDSHAKE;
 }
 
-static void hs_push(struct tk_worker *w, struct conn *c)
+int conn_deadlines_init(struct tk_worker *w, uint32_t n)
 {
-    if (w->hs_len == w->hs_cap)
-        hs_compact(w);
-    TK_ASSERT(w->hs_len < w->hs_cap);
-    struct hs_deadline *d = &w->hs[(w->hs_head + w->hs_len) % w->hs_cap];
-    d->slot = c->slot;
-    d->gen = c->gen;
-    d->at_us = w->now_us + (uint64_t)w->s->opt.handshake_ms * 1000u;
-    w->hs_len++;
+    return tk_deadlines_init(&w->hs, n, w, conn_handshaking);
+}
+
+static bool conn_evict(void *ctx, uint32_t slot, uint32_t gen)
+{
+    struct tk_worker *w = ctx;
+    w->stat[TK_WSTAT_handshakes_evicted]++;
+    conn_close(w, conn_get(w, slot, gen));
+    return true;
 }
 
 /* Unauthenticated connections have a budget of their own (this worker's
- * share of --max-handshakes), below the connection bound: when it is full,
- * the oldest one still in its handshake goes, so a flood of sockets that
- * never authenticate can neither take the slots of authenticated clients
- * nor hold the handshake slots against new ones. */
+ * share of --max-handshakes), below the connection bound: the oldest one
+ * still in its handshake goes when it is full (net/stream.h). */
 static void handshake_budget(struct tk_worker *w)
 {
     uint32_t budget = TK_MAX(w->s->opt.max_handshakes / w->s->nworkers, 1u);
-    for (uint32_t i = 0; i < w->hs_len && w->handshaking >= budget; i++) {
-        struct hs_deadline *d = &w->hs[(w->hs_head + i) % w->hs_cap];
-        struct conn *c = conn_get(w, d->slot, d->gen);
-        if (c && c->state == CONN_HANDSHAKE) {
-            w->stat[TK_WSTAT_handshakes_evicted]++;
-            conn_close(w, c);
-        }
-    }
+    tk_deadlines_budget(&w->hs, w->handshaking, budget, conn_evict);
 }
 
 void conn_on_accept(struct tk_worker *w, int fd)
@@ -448,11 +308,9 @@ void conn_on_accept(struct tk_worker *w, int fd)
         w->conns[slot] = c;
     }
     TK_ASSERT(c->state == CONN_FREE);
-    c->fd = fd;
     c->state = CONN_HANDSHAKE;
     w->handshaking++;
     c->inflight = 0;
-    c->snd_off = 0;
     c->recv_stopped = false;
     TK_ASSERT(!c->poll_armed); /* a slot is freed only once its poll completed */
     c->poll_removing = false;
@@ -460,20 +318,24 @@ void conn_on_accept(struct tk_worker *w, int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     w->stat[TK_WSTAT_conns_accepted]++;
     w->stat[TK_WSTAT_conns_open]++;
-    if (s->tls && tls_start(w, c) != TK_OK) {
+    struct tk_tls *tls = s->tls ? tls_start(w) : NULL;
+    tk_stream_open(&c->st, fd, tls);
+    if (s->tls && !tls) {
         tk_log(TK_LOG_ERROR, "out of memory for a TLS connection; refusing it");
         conn_close(w, c);
         return;
     }
-    if (tk_auth_nonce(c->snonce) != TK_OK) {
+    char snonce[TK_AUTH_HEX_LEN + 1];
+    if (tk_auth_nonce(snonce) != TK_OK) {
         tk_log(TK_LOG_ERROR, "CSPRNG failed; refusing connection");
         conn_close(w, c);
         return;
     }
-    char line[128];
-    size_t len = tk_proto_fmt_banner(line, sizeof(line), false, c->snonce);
+    char line[TK_HS_LINE_MAX];
+    size_t len = tk_hs_client_listen(&c->hs, s->client_secret, s->client_secret_len, snonce, line,
+                                     sizeof(line));
     conn_stream_out(w, c, line, len);
-    hs_push(w, c);
+    tk_deadlines_push(&w->hs, c->slot, c->gen, w->now_us + (uint64_t)s->opt.handshake_ms * 1000u);
     arm_recv(w, c);
 }
 
@@ -585,29 +447,24 @@ static void auth_failed(struct tk_worker *w, struct conn *c, const char *why)
     char who[TK_ADDR_MAX];
     w->stat[TK_WSTAT_auth_failures]++;
     tk_log_limited(&auth_log, TK_LOG_WARN, "auth failed from %s (client port): %s",
-                   peer_name(c->fd, who, sizeof(who)), why);
+                   tk_stream_peer_name(c->st.fd, who, sizeof(who)), why);
     conn_error(w, c, TK_REASON_AUTH);
 }
 
+/* One handshake line, through core/handshake.c: the OK carries what
+ * this node is now. */
 static void handle_auth_line(struct tk_worker *w, struct conn *c, const char *line, size_t len)
 {
-    const char *cnonce, *cproof;
-    char expect[TK_AUTH_HEX_LEN + 1];
-    if (!tk_proto_parse_auth(line, len, &cnonce, &cproof)) {
-        auth_failed(w, c, "malformed AUTH line");
-        return;
-    }
     struct tk_server *s = w->s;
-    tk_auth_proof(s->client_secret, s->client_secret_len, false, c->snonce, cnonce, expect);
-    if (!tk_auth_equal(expect, cproof, TK_AUTH_HEX_LEN)) {
-        auth_failed(w, c, "bad proof");
+    c->hs.node_id = s->node_id;
+    c->hs.domain[0] = atomic_load(&s->domain_lo);
+    c->hs.domain[1] = atomic_load(&s->domain_hi);
+    char ok[TK_HS_LINE_MAX];
+    size_t n = 0;
+    if (tk_hs_line(&c->hs, line, len, ok, sizeof(ok), &n) != TK_HS_DONE) {
+        auth_failed(w, c, tk_hs_why(&c->hs));
         return;
     }
-    char sproof[TK_AUTH_HEX_LEN + 1];
-    tk_auth_proof(s->client_secret, s->client_secret_len, true, c->snonce, cnonce, sproof);
-    uint64_t domain[2] = {atomic_load(&s->domain_lo), atomic_load(&s->domain_hi)};
-    char ok[160];
-    size_t n = tk_proto_fmt_ok(ok, sizeof(ok), sproof, s->node_id, domain);
     conn_stream_out(w, c, ok, n);
     if (!w->leader) {
         conn_moved(w, c);
@@ -622,11 +479,11 @@ static void handle_auth_line(struct tk_worker *w, struct conn *c, const char *li
 static void conn_parse(struct tk_worker *w, struct conn *c)
 {
     uint32_t pos = 0;
-    while (pos < c->in.len && (c->state == CONN_HANDSHAKE || c->state == CONN_READY)) {
+    while (pos < c->st.in.len && (c->state == CONN_HANDSHAKE || c->state == CONN_READY)) {
         if (c->state == CONN_READY && (conn_paused(w, c) || w->backlogged))
             break;
-        char *start = c->in.p + pos;
-        uint32_t avail = c->in.len - pos;
+        char *start = c->st.in.p + pos;
+        uint32_t avail = c->st.in.len - pos;
         char *nl = memchr(start, '\n', TK_MIN(avail, (uint32_t)TK_LINE_MAX));
         if (!nl) {
             if (avail >= TK_LINE_MAX)
@@ -641,15 +498,15 @@ static void conn_parse(struct tk_worker *w, struct conn *c)
             handle_request_line(w, c, start, len);
     }
     if (c->state == CONN_CLOSING) {
-        c->in.len = 0;
+        c->st.in.len = 0;
         return;
     }
     if (pos > 0) {
-        memmove(c->in.p, c->in.p + pos, c->in.len - pos);
-        c->in.len -= pos;
+        memmove(c->st.in.p, c->st.in.p + pos, c->st.in.len - pos);
+        c->st.in.len -= pos;
     }
     /* A paused connection keeps its recv only while its backlog is small. */
-    if (c->in.len >= IN_PAUSE_BYTES && c->recv_armed) {
+    if (c->st.in.len >= IN_PAUSE_BYTES && c->recv_armed) {
         c->recv_stopped = true;
         cancel_recv(w, c);
     }
@@ -659,8 +516,8 @@ static void conn_parse(struct tk_worker *w, struct conn *c)
  * cancelled recv has fully completed. */
 static void conn_rearm(struct tk_worker *w, struct conn *c)
 {
-    if (c->state == CONN_READY && c->recv_stopped && c->in.len < IN_PAUSE_BYTES && !c->recv_armed &&
-        !c->cancel_inflight && !conn_paused(w, c)) {
+    if (c->state == CONN_READY && c->recv_stopped && c->st.in.len < IN_PAUSE_BYTES &&
+        !c->recv_armed && !c->cancel_inflight && !conn_paused(w, c)) {
         c->recv_stopped = false;
         arm_recv(w, c);
     }
@@ -674,27 +531,15 @@ void conn_on_recv(struct tk_worker *w, struct conn *c, struct io_uring_cqe *cqe)
     if (cqe->res > 0) {
         TK_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
         uint32_t bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
-        TK_ASSERT(bid < TK_WORKER_BUF_COUNT);
-        char *data = w->bufs + (size_t)bid * TK_WORKER_BUF_SIZE;
-        if (c->tls && (c->state == CONN_HANDSHAKE || c->state == CONN_READY)) {
-            tls_open(w, c, data, (size_t)cqe->res);
-        } else if (c->state == CONN_HANDSHAKE || c->state == CONN_READY) {
-            if (c->in.len + (uint32_t)cqe->res > IN_CAP_MAX) {
-                conn_error(w, c, TK_REASON_OVERLOAD);
-            } else {
-                buf_reserve(&c->in, (uint32_t)cqe->res);
-                memcpy(c->in.p + c->in.len, data, (size_t)cqe->res);
-                c->in.len += (uint32_t)cqe->res;
-            }
-        }
-        io_uring_buf_ring_add(w->br, data, TK_WORKER_BUF_SIZE, (unsigned short)bid,
-                              io_uring_buf_ring_mask(TK_WORKER_BUF_COUNT), 0);
-        io_uring_buf_ring_advance(w->br, 1);
+        char *data = tk_bufring_data(w->bufs, bid);
+        if (c->state == CONN_HANDSHAKE || c->state == CONN_READY)
+            conn_input(w, c, data, (size_t)cqe->res);
+        tk_bufring_recycle(w->br, w->bufs, bid);
         conn_parse(w, c);
     } else if (cqe->res == 0 || (cqe->res < 0 && cqe->res != -ENOBUFS && cqe->res != -ECANCELED)) {
         /* End of stream or a socket error: the client is gone. */
         conn_close(w, c);
-        conn_drop_output(c); /* nobody will read it */
+        c->st.type->discard(&c->st); /* nobody will read it */
     }
     if (!c->recv_armed) {
         if ((c->state == CONN_HANDSHAKE || c->state == CONN_READY) && !c->recv_stopped)
@@ -714,7 +559,7 @@ void conn_on_poll(struct tk_worker *w, struct conn *c, int res)
     if (res > 0 && c->state == CONN_READY) {
         /* The client is gone: drop its waiters now, as at end of stream. */
         conn_close(w, c);
-        conn_drop_output(c);
+        c->st.type->discard(&c->st);
     }
     conn_maybe_release(w, c);
     watch_paused(w, c);
@@ -724,20 +569,15 @@ void conn_on_send(struct tk_worker *w, struct conn *c, int res)
 {
     c->send_inflight = false;
     if (res < 0) {
-        c->snd.len = 0;
-        c->snd_off = 0;
-        conn_drop_output(c);
+        c->st.snd.len = 0;
+        c->st.snd_off = 0;
+        c->st.type->discard(&c->st);
         conn_close(w, c);
         conn_maybe_release(w, c);
         return;
     }
     bool was_paused = conn_paused(w, c);
-    c->snd_off += (uint32_t)res;
-    TK_ASSERT(c->snd_off <= c->snd.len);
-    if (c->snd_off == c->snd.len) {
-        c->snd.len = 0;
-        c->snd_off = 0;
-    }
+    tk_stream_sent(&c->st, (size_t)res);
     if (was_paused && !conn_paused(w, c))
         mark_resume(w, c);
     mark_dirty(w, c);
@@ -749,18 +589,13 @@ static void flush_conn(struct tk_worker *w, struct conn *c)
     if (c->state == CONN_FREE)
         return;
     if (!c->send_inflight) {
-        if (c->snd.len == 0 && c->tls) {
-            tls_seal(w, c);
-        } else if (c->snd.len == 0 && c->out.len > 0) {
-            struct buf t = c->snd;
-            c->snd = c->out;
-            c->out = t;
-            c->out.len = 0;
-            c->snd_off = 0;
+        if (c->st.snd.len == 0 && c->st.type->output(&c->st) != TK_OK) {
+            tls_failed(w, c);
+            c->st.type->output(&c->st); /* what TLS has pending still goes: an alert */
         }
-        if (c->snd.len > c->snd_off) {
-            struct io_uring_sqe *sqe = worker_sqe(w);
-            io_uring_prep_send(sqe, c->fd, c->snd.p + c->snd_off, c->snd.len - c->snd_off,
+        if (tk_stream_unsent(&c->st) > 0) {
+            struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
+            io_uring_prep_send(sqe, c->st.fd, c->st.snd.p + c->st.snd_off, tk_stream_unsent(&c->st),
                                MSG_NOSIGNAL);
             io_uring_sqe_set_data64(sqe, tk_ud(OP_SEND, c->slot, c->gen));
             c->send_inflight = true;
@@ -769,21 +604,17 @@ static void flush_conn(struct tk_worker *w, struct conn *c)
     conn_maybe_release(w, c);
 }
 
+static void conn_timeout(void *ctx, uint32_t slot, uint32_t gen)
+{
+    struct tk_worker *w = ctx;
+    /* SPEC 5: closed without a line. */
+    w->stat[TK_WSTAT_handshake_timeouts]++;
+    conn_close(w, conn_get(w, slot, gen));
+}
+
 void conn_expire_handshakes(struct tk_worker *w)
 {
-    while (w->hs_len > 0) {
-        struct hs_deadline *d = &w->hs[w->hs_head];
-        struct conn *c = conn_get(w, d->slot, d->gen);
-        if (c && c->state == CONN_HANDSHAKE) {
-            if (d->at_us > w->now_us)
-                break;
-            /* SPEC 5: closed without a line. */
-            w->stat[TK_WSTAT_handshake_timeouts]++;
-            conn_close(w, c);
-        }
-        w->hs_head = (w->hs_head + 1) % w->hs_cap;
-        w->hs_len--;
-    }
+    tk_deadlines_expire(&w->hs, w->now_us, conn_timeout);
 }
 
 void conn_on_cancel(struct tk_worker *w, struct conn *c)
@@ -804,7 +635,7 @@ void conn_overload(struct tk_worker *w, struct conn *c)
 void conn_resume_all(struct tk_worker *w)
 {
     for (uint32_t i = 0; i < w->nconns_alloc; i++)
-        if (w->conns[i] && w->conns[i]->state == CONN_READY && w->conns[i]->in.len)
+        if (w->conns[i] && w->conns[i]->state == CONN_READY && w->conns[i]->st.in.len)
             mark_resume(w, w->conns[i]);
 }
 
@@ -838,12 +669,9 @@ void conn_free_all(struct tk_worker *w)
         struct conn *c = w->conns[i];
         if (!c)
             continue;
-        if (c->fd >= 0 && c->state != CONN_FREE)
-            close(c->fd);
-        buf_free(&c->in);
-        buf_free(&c->out);
-        buf_free(&c->snd);
-        tk_tls_free(c->tls);
+        if (c->st.fd >= 0 && c->state != CONN_FREE)
+            close(c->st.fd);
+        tk_stream_free(&c->st);
         free(c);
         w->conns[i] = NULL;
     }

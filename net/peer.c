@@ -1,228 +1,61 @@
-/* Peer links of the Raft thread: io_uring connect/accept/recv/send, TLS
- * when configured, the peer handshake, frame reassembly, and the resolver
- * threads that look up peer names off the Raft thread. See net/peer.h.
+/* Peer links of the Raft thread: their lifecycle over io_uring (dial,
+ * connect, accept, recv, send, close, redial with backoff), the link
+ * table and its budgets, the handshake deadlines, and the ring's loop.
+ * TLS on a link is net/peer_tls.c, the handshake and frames above the
+ * stream net/peer_link.c; peer names are looked up off the Raft thread by
+ * net/resolve.c. See net/peer.h.
  *
- * TLS (core/tls.h, wolfSSL over memory) sits where bytes meet the socket
- * and nowhere else, as on the client port (net/conn.c):
- *   - a recv lands in the free tail of l->in as always; with TLS those
- *     bytes are ciphertext: tk_tls_feed() copies them away and
- *     tk_tls_read() writes the plaintext it completes over them
- *     (tls_open), so the line and frame parser (link_input) sees only
- *     plaintext and needs no second buffer;
- *   - what the handshake and tk_peers_send() append to l->out is
- *     plaintext; when the previous send is done, flush_link encrypts it in
- *     one tk_tls_write() and sends every byte of tk_tls_pending(), handshake
- *     messages included (tls_seal).
+ * Bytes meet the socket in the link's stream (net/stream.h), plain or
+ * TLS, as on the client port (net/conn.c): a recv lands in the free tail
+ * of l->st.in; with TLS those bytes are ciphertext, which the stream's
+ * input feeds to TLS and replaces with the plaintext it completes, so the
+ * line and frame parser (peer_input) sees only plaintext and needs no
+ * second buffer. What the handshake and tk_peers_send() append to
+ * l->st.out is plaintext; when the previous send is done, flush_link
+ * hands it to the stream's output (one TLS write) and sends l->st.snd.
  * The TLS handshake comes first on a link: the dialler's connect completes
- * -> tls_begin() writes the ClientHello; the acceptor's banner, written at
- * accept as without TLS, is held inside TLS until the handshake is done,
- * and the banner/AUTH/OK exchange then runs inside TLS unchanged. The link
- * states do not change: a link handshaking TLS is in L_BANNER (dialler) or
- * L_AUTH (acceptor), so the handshake deadline and the budget of
- * unauthenticated inbound links cover TLS too. Without TLS (l->tls NULL)
- * every path is the one it always was. */
-#include "net/peer.h"
-
-#include <arpa/inet.h>
+ * -> peer_tls_begin() writes the ClientHello; the acceptor's banner,
+ * written at accept as without TLS, is held inside TLS until the
+ * handshake is done, and the banner/AUTH/OK exchange then runs inside TLS
+ * unchanged. The link states do not change: a link handshaking TLS is in
+ * L_BANNER (dialler) or L_AUTH (acceptor), so the handshake deadline and
+ * the budget of unauthenticated inbound links cover TLS too. Without TLS
+ * (l->st.tls NULL) every path is the one it always was. */
 #include <errno.h>
-#include <liburing.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/auth.h"
-#include "core/handshake.h"
-#include "core/proto.h"
 #include "core/tls.h"
-
-#define LINKS_MAX 64 /* outbound + inbound links */
-/* The table is split so that no kind of link can fill it: inbound links
- * still in their handshake, authenticated inbound links (each member
- * dials us once; an operator's ticketctl once more), and outbound links,
- * which the Raft thread opens only to --peers and configuration members
- * (raftd_send_msg) and prunes when they leave (tk_peers_prune). */
-#define UNAUTH_MAX 16  /* inbound links still in their handshake */
-#define INBOUND_MAX 24 /* authenticated inbound links */
-/* Inbound links of every state, those closing (slot held until the
- * kernel hands the socket back) included: the budgets above plus slack. */
-#define INBOUND_SLOTS (UNAUTH_MAX + INBOUND_MAX + 8)
-#define OUTBOUND_MAX (LINKS_MAX - INBOUND_SLOTS)
-_Static_assert(OUTBOUND_MAX >= TK_PEERS_MAX + TK_RAFT_MEMBERS_MAX,
-               "room for --peers and a full configuration");
-#define RECV_CHUNK (256u << 10)
-#define IN_CAP_MAX (TK_WIRE_FRAME_MAX + TK_WIRE_LENGTH_LEN + RECV_CHUNK)
-#define OUT_MAX (64u << 20) /* queued bytes per link before it is cut */
-#define CONNECT_TIMEOUT_MS 1000
-#define BACKOFF_MIN_US 100000u
-#define BACKOFF_MAX_US 1000000u
-/* Lookups at once: one per peer of a 5-member cluster, so one unready
- * pod's slow name cannot hold up the lookups of the others. */
-#define RESOLVERS_MAX 4
-/* Test hook (integration tests only): every name lookup first sleeps this
- * many milliseconds, as behind a slow cluster DNS. Read once at start. */
-#define RESOLVE_DELAY_ENV "TK_TEST_RESOLVE_DELAY_MS"
-/* Room made in l->in for each tk_tls_read(): one TLS record at most. */
-#define TLS_READ_CHUNK (16u << 10)
-/* Every TLS record, and so every TLS session, opens with this byte. */
-#define TLS_RECORD_HANDSHAKE 0x16
-/* Failure lines of peer links: a member misconfigured for good (another
- * CA, no TLS) is redialled every second for as long as it runs, so each
- * outbound link logs one line per window and all inbound links together
- * INBOUND_LOG_BURST; the next line says how many were not logged. */
-#define LOG_WINDOW_US 10000000u
-#define INBOUND_LOG_BURST 4u
-
-enum { POP_ACCEPT = 1, POP_CONNECT, POP_RECV, POP_SEND, POP_WAKE, POP_TIMEOUT, POP_CANCEL };
-/* L_RESOLVING: an outbound link waits for a resolver thread to look up
- * its name; nothing is in flight in the ring and no socket is open. */
-enum { L_IDLE, L_RESOLVING, L_CONNECTING, L_BANNER, L_AUTH, L_OK, L_READY, L_CLOSING };
-
-/* A window of rate-limited log lines (LOG_WINDOW_US). */
-struct log_limit {
-    uint64_t window_us;
-    uint32_t logged, unlogged;
-};
-
-struct tk_plink {
-    uint32_t slot, gen;
-    int fd;
-    bool outbound;
-    uint8_t state;
-    bool recv_inflight, send_inflight, connect_inflight;
-    bool resolve_inflight; /* a lookup of addr is queued or running (one at most) */
-    bool resolve_failed;   /* the last lookup failed (logged once until one succeeds) */
-    bool forget;           /* outbound: not wanted any more; freed once nothing is in flight */
-    uint64_t active_us;    /* when its last bytes came in (an inbound link's age for eviction) */
-    char addr[TK_ADDR_MAX];
-    uint64_t remote_id;
-    struct tk_hs hs; /* the peer handshake (core/handshake.h) */
-    uint8_t *in;
-    size_t in_len, in_cap;
-    uint8_t *out, *snd;
-    size_t out_len, out_cap, snd_len, snd_off, snd_cap;
-    uint64_t deadline_us; /* handshake deadline */
-    uint64_t retry_at_us; /* outbound idle: next dial */
-    uint64_t backoff_us;
-    struct sockaddr_storage sa;
-    socklen_t salen;
-    struct tk_tls *tls;   /* TLS state while the link has a socket; NULL without TLS */
-    bool tls_seen;        /* a byte was received (the first one checked) */
-    bool cert_checked;    /* inbound: the certificate was found to name a member */
-    struct log_limit log; /* outbound: this link's failure lines */
-};
-
-/* Name lookups for outbound links, done by up to RESOLVERS_MAX detached
- * threads so that a slow DNS answer (a Kubernetes pod name that resolves
- * only once the pod is ready, behind cluster DNS timeouts of seconds) never
- * stalls the Raft thread's heartbeats. One job per link slot, so at most
- * one lookup per peer address is outstanding and the queue is bounded by
- * LINKS_MAX. A finished job is marked done and the Raft thread's wake
- * eventfd written; tk_peers_run() collects it and connects.
- *
- * Shared by the Raft thread and the resolver threads under mu; freed by
- * whichever lets go of it last (refs), because a thread blocked in
- * getaddrinfo() cannot be interrupted and shutdown must not wait for it.
- * After stop is set (under mu) no thread touches wake_fd, which the Raft
- * thread's owner closes after tk_peers_destroy(). */
-enum { RJ_FREE, RJ_QUEUED, RJ_RUNNING, RJ_DONE };
-
-struct resolve_job {
-    uint8_t state;
-    int rc; /* TK_OK or TK_EIO */
-    char host[TK_ADDR_MAX];
-    char port[8];
-    struct sockaddr_storage sa;
-    socklen_t salen;
-};
-
-struct resolver {
-    pthread_mutex_t mu;
-    pthread_cond_t work;    /* a job was queued, or stop */
-    pthread_cond_t stopped; /* stop (ends the test delay early) */
-    uint32_t refs;          /* the peers module plus each thread */
-    uint32_t threads, idle;
-    bool stop;
-    uint32_t queue[LINKS_MAX]; /* slots of RJ_QUEUED jobs, FIFO */
-    uint32_t q_head, q_len;
-    struct resolve_job jobs[LINKS_MAX]; /* indexed by link slot */
-    _Atomic uint32_t done;              /* jobs in RJ_DONE: the Raft thread's cheap check */
-    int wake_fd;
-    uint32_t delay_ms; /* RESOLVE_DELAY_ENV */
-};
-
-struct tk_peers {
-    struct tk_server *s;
-    char self[TK_ADDR_MAX]; /* this node's peer address: what an AUTH must name */
-    struct tk_peer_cb cb;
-    struct io_uring ring;
-    int listen_fd;
-    int wake_fd;
-    uint64_t wake_buf;
-    struct tk_plink *links[LINKS_MAX];
-    struct __kernel_timespec connect_ts;
-    struct tk_wire_scratch scratch;
-    struct tk_peer_stats st;
-    struct tk_accept accept;
-    struct resolver *resolver; /* created at the first name to look up */
-    uint32_t resolve_delay_ms;
-    /* With --tls-cert: contexts for the links opened from now on (a
-     * reload replaces them; each link holds a reference to its own). */
-    struct tk_tls_ctx *tls_server; /* accepted links: client certificate required */
-    struct tk_tls_ctx *tls_client; /* dialled links: server verified, ours presented */
-    struct log_limit inbound_log;
-};
-
-static uint64_t pud(int op, uint32_t slot, uint32_t gen)
-{
-    return tk_ref_pack((uint32_t)op, slot, gen);
-}
-
-static struct io_uring_sqe *sqe_get(struct tk_peers *p)
-{
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&p->ring);
-    if (!sqe) {
-        io_uring_submit(&p->ring);
-        sqe = io_uring_get_sqe(&p->ring);
-    }
-    TK_ASSERT(sqe != NULL);
-    return sqe;
-}
+#include "net/peer_int.h"
+#include "net/uring.h"
 
 static void arm_wake(struct tk_peers *p)
 {
-    struct io_uring_sqe *sqe = sqe_get(p);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
     io_uring_prep_read(sqe, p->wake_fd, &p->wake_buf, sizeof(p->wake_buf), 0);
-    io_uring_sqe_set_data64(sqe, pud(POP_WAKE, 0, 0));
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_WAKE, 0, 0));
 }
 
 static void arm_accept(struct tk_peers *p)
 {
-    struct io_uring_sqe *sqe = sqe_get(p);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
     io_uring_prep_multishot_accept(sqe, p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    io_uring_sqe_set_data64(sqe, pud(POP_ACCEPT, 0, 0));
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_ACCEPT, 0, 0));
     p->accept.armed = true;
 }
 
 static void arm_recv(struct tk_peers *p, struct tk_plink *l)
 {
-    if (l->in_cap - l->in_len < RECV_CHUNK) {
-        size_t cap = l->in_len + RECV_CHUNK;
-        uint8_t *n = realloc(l->in, cap);
-        TK_ASSERT(n != NULL);
-        l->in = n;
-        l->in_cap = cap;
-    }
-    struct io_uring_sqe *sqe = sqe_get(p);
-    io_uring_prep_recv(sqe, l->fd, l->in + l->in_len, l->in_cap - l->in_len, 0);
-    io_uring_sqe_set_data64(sqe, pud(POP_RECV, l->slot, l->gen));
+    tk_sbuf_reserve(&l->st.in, RECV_CHUNK);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
+    io_uring_prep_recv(sqe, l->st.fd, l->st.in.p + l->st.in.len, l->st.in.cap - l->st.in.len, 0);
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_RECV, l->slot, l->gen));
     l->recv_inflight = true;
 }
 
@@ -234,8 +67,11 @@ static struct tk_plink *link_new(struct tk_peers *p, bool outbound)
         struct tk_plink *l = calloc(1, sizeof(*l));
         TK_ASSERT(l != NULL);
         l->slot = i;
-        l->gen = 1;
-        l->fd = -1;
+        l->gen = p->gens[i] + 1; /* never a generation an earlier link of the slot had */
+        if (l->gen == 0)
+            l->gen = 1;
+        l->st.fd = -1;
+        l->st.type = &tk_stream_plain;
         l->outbound = outbound;
         l->backoff_us = BACKOFF_MIN_US;
         p->links[i] = l;
@@ -244,61 +80,15 @@ static struct tk_plink *link_new(struct tk_peers *p, bool outbound)
     return NULL;
 }
 
-/* Room for n more bytes of output. */
-static void out_reserve(struct tk_plink *l, size_t n)
+static struct tk_plink *link_get(struct tk_peers *p, uint32_t slot, uint32_t gen)
 {
-    if (l->out_len + n <= l->out_cap)
-        return;
-    size_t cap = l->out_cap ? l->out_cap : 65536;
-    while (cap < l->out_len + n)
-        cap *= 2;
-    uint8_t *q = realloc(l->out, cap);
-    TK_ASSERT(q != NULL);
-    l->out = q;
-    l->out_cap = cap;
-}
-
-static void out_append(struct tk_plink *l, const void *data, size_t n)
-{
-    out_reserve(l, n);
-    memcpy(l->out + l->out_len, data, n);
-    l->out_len += n;
-}
-
-/* An outbound link without a socket: dial again after the backoff. */
-static void link_retry_later(struct tk_plink *l)
-{
-    l->state = L_IDLE;
-    l->retry_at_us = tk_now_us() + l->backoff_us;
-    l->backoff_us = TK_MIN(l->backoff_us * 2, BACKOFF_MAX_US);
-}
-
-/* Stops using a link. Outbound links keep their slot and redial once the
- * kernel is done with the socket; inbound links are freed then. */
-void tk_plink_close(struct tk_peers *p, struct tk_plink *l)
-{
-    if (l->state == L_CLOSING || l->state == L_IDLE)
-        return;
-    if (l->state == L_RESOLVING) {
-        /* No socket yet. A lookup still running is collected later and
-         * then only clears resolve_inflight. */
-        p->st.links_closed++;
-        link_retry_later(l);
-        return;
-    }
-    l->state = L_CLOSING;
-    p->st.links_closed++;
-    if (l->fd >= 0)
-        shutdown(l->fd, SHUT_RDWR);
-    if (l->connect_inflight) {
-        struct io_uring_sqe *sqe = sqe_get(p);
-        io_uring_prep_cancel64(sqe, pud(POP_CONNECT, l->slot, l->gen), 0);
-        io_uring_sqe_set_data64(sqe, pud(POP_CANCEL, 0, 0));
-    }
+    if (slot >= LINKS_MAX || !p->links[slot] || p->links[slot]->gen != gen)
+        return NULL;
+    return p->links[slot];
 }
 
 /* Gives the slot back. An outbound link whose name lookup still runs
- * waits for it (the job is indexed by slot): resolver_collect frees it. */
+ * waits for it (the job is numbered by slot): resolve_done frees it. */
 static void link_free(struct tk_peers *p, struct tk_plink *l)
 {
     if (l->outbound && l->resolve_inflight) {
@@ -306,9 +96,8 @@ static void link_free(struct tk_peers *p, struct tk_plink *l)
         return;
     }
     p->links[l->slot] = NULL;
-    free(l->in);
-    free(l->out);
-    free(l->snd);
+    p->gens[l->slot] = l->gen;
+    tk_stream_free(&l->st);
     free(l);
 }
 
@@ -316,614 +105,92 @@ static void link_finish_close(struct tk_peers *p, struct tk_plink *l)
 {
     if (l->state != L_CLOSING || l->recv_inflight || l->send_inflight || l->connect_inflight)
         return;
-    if (l->fd >= 0)
-        close(l->fd);
-    l->fd = -1;
-    l->in_len = l->out_len = l->snd_len = l->snd_off = 0;
+    if (l->st.fd >= 0)
+        close(l->st.fd);
+    l->st.fd = -1;
+    tk_stream_reset(&l->st); /* TLS freed, buffers kept for the redial */
     l->remote_id = 0;
-    tk_tls_free(l->tls); /* drops its reference to the context it began with */
-    l->tls = NULL;
     l->cert_checked = false;
     l->gen++;
     if (!l->outbound || l->forget) {
         link_free(p, l);
         return;
     }
-    link_retry_later(l);
-}
-
-/* ------------------------------------------------------------------ */
-/* Failure lines and TLS */
-
-/* "host:port" of an inbound link's remote end, for log lines. */
-static const char *remote_name(int fd, char *buf, size_t cap)
-{
-    struct sockaddr_storage a;
-    socklen_t len = sizeof(a);
-    char host[INET6_ADDRSTRLEN];
-    if (fd < 0 || getpeername(fd, (struct sockaddr *)&a, &len) != 0) {
-        snprintf(buf, cap, "an unknown address");
-    } else if (a.ss_family == AF_INET) {
-        const struct sockaddr_in *v4 = (const struct sockaddr_in *)&a;
-        inet_ntop(AF_INET, &v4->sin_addr, host, sizeof(host));
-        snprintf(buf, cap, "%s:%u", host, ntohs(v4->sin_port));
-    } else if (a.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&a;
-        inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
-        snprintf(buf, cap, "[%s]:%u", host, ntohs(v6->sin6_port));
-    } else {
-        snprintf(buf, cap, "an address of family %d", a.ss_family);
-    }
-    return buf;
-}
-
-/* One warning about a link that is being closed, rate-limited (see
- * LOG_WINDOW_US): "peer link to <dialled address>: ..." or "peer link from
- * <remote host:port>: ...". */
-static void link_warn(struct tk_peers *p, struct tk_plink *l, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void link_warn(struct tk_peers *p, struct tk_plink *l, const char *fmt, ...)
-{
-    struct log_limit *ll = l->outbound ? &l->log : &p->inbound_log;
-    uint32_t burst = l->outbound ? 1u : INBOUND_LOG_BURST;
-    uint64_t now = tk_now_us();
-    if (ll->window_us == 0 || now - ll->window_us >= LOG_WINDOW_US) {
-        ll->window_us = now;
-        ll->logged = 0;
-    }
-    if (ll->logged >= burst) {
-        ll->unlogged++;
-        return;
-    }
-    ll->logged++;
-    char what[2 * TK_TLS_ERR_MAX], who[TK_ADDR_MAX + 16], more[64] = "";
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof(what), fmt, ap);
-    va_end(ap);
-    if (ll->unlogged)
-        snprintf(more, sizeof(more), " (%u similar lines not logged)", ll->unlogged);
-    ll->unlogged = 0;
-    tk_log(TK_LOG_WARN, "peer link %s %s: %s%s", l->outbound ? "to" : "from",
-           l->outbound ? l->addr : remote_name(l->fd, who, sizeof(who)), what, more);
-}
-
-/* Ciphertext TLS has pending (an alert, say) straight to the socket of a
- * link about to close, if no send is in flight: best effort, so the other
- * end learns why rather than only that the connection ended. */
-static void tls_push_now(struct tk_plink *l)
-{
-    size_t n = 0;
-    const uint8_t *c = tk_tls_pending(l->tls, &n);
-    if (n == 0 || l->send_inflight || l->fd < 0)
-        return;
-    ssize_t w = send(l->fd, c, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-    (void)w;
-    tk_tls_sent(l->tls, n);
-}
-
-/* The link's TLS failed (a certificate from another CA or none, a name
- * mismatch, a plaintext peer, a corrupt record): one line naming the cause
- * and the address, counted, and the link closed. why: our own sentence, or
- * NULL for core/tls's. */
-static void tls_failed(struct tk_peers *p, struct tk_plink *l, const char *why)
-{
-    if (l->state == L_CLOSING)
-        return;
-    p->st.tls_failures++;
-    const char *err = why ? why : tk_tls_error(l->tls);
-    /* An alert is all this side learns when the other refused the
-     * session; its log names the cause. */
-    bool refused = !why && strstr(err, "received alert") != NULL;
-    link_warn(p, l, "closed by a TLS failure: %s%s", err,
-              refused ? " (the peer refused the session, most likely our certificate: its log "
-                        "says why)"
-                      : "");
-    tls_push_now(l);
-    tk_plink_close(p, l);
-}
-
-/* The name the dialled server's certificate must carry: the host part of
- * the peer address ("127.0.0.1", a pod's DNS name). wolfSSL checks it
- * against the certificate's DNS SANs (wildcards included) and, for an IP
- * literal, against its IP SANs, which it compares as text: IPv4 dotted as
- * written (checked with wolfSSL 5.5.4: a certificate without that IP SAN
- * is refused), IPv6 fully expanded to 8 groups of 4 hex digits, so an IPv6
- * literal is expanded here first. IP literals are therefore checked, not
- * skipped: members dialled by IP need an IP SAN, as with any TLS client. */
-static void tls_name(const char *addr, char *out, size_t cap)
-{
-    char host[TK_ADDR_MAX];
-    uint32_t port;
-    if (tk_addr_split(addr, host, sizeof(host), &port) != TK_OK)
-        snprintf(host, sizeof(host), "%s", addr);
-    tk_tls_host_name(host, out, cap);
-}
-
-/* wolfSSL (built with FP_ECC) keeps an ECC point cache per thread, filled
- * by the handshakes a thread runs, that only that thread can free. The
- * Raft thread's is freed when it exits, by a thread-specific destructor,
- * so its owner (net/raftd.c) needs no TLS call of its own. */
-static pthread_key_t tls_thread_key;
-static pthread_once_t tls_thread_once = PTHREAD_ONCE_INIT;
-
-static void tls_thread_end(void *unused)
-{
-    (void)unused;
-    tk_tls_thread_done();
-}
-
-static void tls_thread_key_init(void)
-{
-    int rc = pthread_key_create(&tls_thread_key, tls_thread_end);
-    TK_ASSERT(rc == 0);
-}
-
-/* The calling thread runs TLS: free its cache when it exits. */
-static void tls_thread_mark(void)
-{
-    pthread_once(&tls_thread_once, tls_thread_key_init);
-    if (!pthread_getspecific(tls_thread_key))
-        pthread_setspecific(tls_thread_key, (void *)1);
-}
-
-/* Gives a link whose socket just connected (or was accepted) its TLS
- * state, on the current context. A dialler writes its ClientHello now.
- * False on allocation failure. */
-static bool tls_begin(struct tk_peers *p, struct tk_plink *l)
-{
-    TK_ASSERT(l->tls == NULL);
-    tls_thread_mark();
-    l->tls_seen = false;
-    if (!l->outbound) {
-        l->tls = tk_tls_new(p->tls_server, NULL);
-        return l->tls != NULL;
-    }
-    char name[TK_ADDR_MAX];
-    tls_name(l->addr, name, sizeof(name));
-    l->tls = tk_tls_new(p->tls_client, name);
-    uint8_t none;
-    size_t got;
-    return l->tls && tk_tls_read(l->tls, &none, 0, &got) == TK_OK;
-}
-
-/* Room for n more bytes of input. */
-static void in_reserve(struct tk_plink *l, size_t n)
-{
-    if (l->in_cap - l->in_len >= n)
-        return;
-    size_t cap = l->in_len + TK_MAX(n, (size_t)RECV_CHUNK);
-    uint8_t *q = realloc(l->in, cap);
-    TK_ASSERT(q != NULL);
-    l->in = q;
-    l->in_cap = cap;
-}
-
-static void send_line(struct tk_plink *l, const char *line, size_t n)
-{
-    out_append(l, line, n);
-}
-
-/* An inbound link's TLS is done: its certificate is signed by the peer
- * CA. With a CA of its own (--tls-peer-ca) that is all a peer needs;
- * with the CA shared with clients, the certificate must also name a
- * member (cb.peer_cert: the hosts of --peers and the configuration, and
- * --tls-peer-names), so a client's certificate does not open the peer
- * port. Checked before any line is read or written: the banner follows. */
-static void tls_check_peer(struct tk_peers *p, struct tk_plink *l)
-{
-    l->cert_checked = true;
-    if (p->s->opt.tls_peer_ca[0] || !p->cb.peer_cert || p->cb.peer_cert(p->cb.ctx, l->tls)) {
-        char line[TK_HS_LINE_MAX]; /* the banner, held back until now (on_accept) */
-        send_line(l, line, tk_proto_fmt_banner(line, sizeof(line), true, l->hs.snonce));
-        return;
-    }
-    p->st.certs_refused++;
-    tls_failed(p, l,
-               "its certificate names no member (neither a host of --peers or the "
-               "configuration nor one of --tls-peer-names): a client's certificate, not a "
-               "peer's? Give the peer port a CA of its own with --tls-peer-ca");
-}
-
-/* n bytes of ciphertext were received at l->in + l->in_len: fed to TLS,
- * and every byte of plaintext they complete appended to l->in in their
- * place. l->in stays bounded as without TLS (link_input cuts the link past
- * IN_CAP_MAX - RECV_CHUNK), overshot by one record at most. */
-static void tls_open(struct tk_peers *p, struct tk_plink *l, size_t n)
-{
-    const uint8_t *data = l->in + l->in_len;
-    bool first = !l->tls_seen;
-    l->tls_seen = true;
-    if (l->outbound && first) {
-        /* A server speaks first only without TLS (its banner): say so
-         * rather than what the record parser would make of it. */
-        if (data[0] != TLS_RECORD_HANDSHAKE) {
-            char why[200];
-            snprintf(why, sizeof(why),
-                     "the peer answered in plaintext (first byte 0x%02x, not a TLS record): it "
-                     "runs without TLS on its peer port, and every member needs --tls-cert, "
-                     "--tls-key and --tls-ca",
-                     data[0]);
-            tls_failed(p, l, why);
-            return;
-        }
-    }
-    int rc = tk_tls_feed(l->tls, data, n);
-    while (rc == TK_OK) {
-        in_reserve(l, TLS_READ_CHUNK);
-        size_t got = 0;
-        rc = tk_tls_read(l->tls, l->in + l->in_len, l->in_cap - l->in_len, &got);
-        if (got == 0)
-            break;
-        l->in_len += got;
-    }
-    if (rc == TK_ECLOSED) /* close_notify: as an end of stream */
-        tk_plink_close(p, l);
-    else if (rc != TK_OK)
-        tls_failed(p, l, NULL);
-    else if (!l->outbound && !l->cert_checked && tk_tls_ready(l->tls))
-        tls_check_peer(p, l);
-}
-
-/* An inbound TLS link ended by its dialler before a single byte came:
- * after a second or more that is what a member without TLS does (it waits
- * for a plaintext banner until its own handshake deadline, then gives up),
- * so say so; a quicker close (a port probe) goes unremarked. Counted as a
- * TLS failure: the link failed before TLS could start. */
-static void tls_eof(struct tk_peers *p, struct tk_plink *l)
-{
-    uint64_t hs_us = (uint64_t)p->s->opt.handshake_ms * 1000u;
-    uint64_t age_us = tk_now_us() + hs_us - l->deadline_us;
-    if (l->outbound || l->tls_seen || l->state != L_AUTH || age_us < 1000000u)
-        return;
-    p->st.tls_failures++;
-    link_warn(p, l,
-              "closed by the peer after %llu ms without a TLS hello (a member without "
-              "--tls-cert dials in plaintext and waits for a banner)",
-              (unsigned long long)(age_us / 1000u));
-}
-
-/* The previous send is done (l->snd empty): the plaintext queued in l->out
- * is encrypted in one call (records of up to 16 KiB rather than one per
- * frame), then all ciphertext pending is moved to l->snd, handshake
- * messages included. A copy, because TLS appends to its buffer (a
- * post-handshake message) while the send of the previous bytes is still
- * in flight. */
-static void tls_seal(struct tk_peers *p, struct tk_plink *l)
-{
-    TK_ASSERT(l->snd_len == 0);
-    if (l->out_len > 0) {
-        size_t len = l->out_len;
-        l->out_len = 0;
-        if (tk_tls_write(l->tls, l->out, len) != TK_OK) {
-            tls_failed(p, l, NULL);
-            return;
-        }
-    }
-    size_t n = 0;
-    const uint8_t *c = tk_tls_pending(l->tls, &n);
-    if (n == 0)
-        return;
-    if (l->snd_cap < n) {
-        uint8_t *q = realloc(l->snd, n);
-        TK_ASSERT(q != NULL);
-        l->snd = q;
-        l->snd_cap = n;
-    }
-    memcpy(l->snd, c, n);
-    l->snd_len = n;
-    l->snd_off = 0;
-    tk_tls_sent(l->tls, n);
-}
-
-/* Both contexts from the options: an acceptor that requires a client
- * certificate signed by --tls-ca, and a dialler that verifies the server
- * with it and presents --tls-cert. TK_OK, or TK_EINVAL with why naming the
- * file and the cause. */
-static int tls_contexts(const struct tk_options *o,
-                        struct tk_tls_ctx **server,
-                        struct tk_tls_ctx **client,
-                        char *why,
-                        size_t cap)
-{
-    *server = *client = NULL;
-    const char *ca = o->tls_peer_ca[0] ? o->tls_peer_ca : o->tls_ca;
-    const char *cert = o->tls_peer_cert[0] ? o->tls_peer_cert : o->tls_cert;
-    const char *key = o->tls_peer_cert[0] ? o->tls_peer_key : o->tls_key;
-    if (!ca[0]) {
-        snprintf(why, cap,
-                 "--tls-ca (or --tls-peer-ca) is required with --tls-cert on a cluster member: "
-                 "peers verify each other's certificates with it");
-        return TK_EINVAL;
-    }
-    struct tk_tls_opts so = {
-        .server = true, .cert = cert, .key = key, .ca = ca, .verify_peer = true};
-    struct tk_tls_opts co = {.cert = cert, .key = key, .ca = ca};
-    int rc = tk_tls_ctx_new(&so, server, why, cap);
-    if (rc == TK_OK && (rc = tk_tls_ctx_new(&co, client, why, cap)) != TK_OK) {
-        tk_tls_ctx_unref(*server);
-        *server = NULL;
-    }
-    return rc == TK_OK ? TK_OK : TK_EINVAL;
-}
-
-int tk_peers_tls_reload(struct tk_peers *p)
-{
-    if (!p->tls_server)
-        return TK_OK;
-    struct tk_tls_ctx *server, *client;
-    char why[TK_TLS_ERR_MAX];
-    tls_thread_mark(); /* the contexts' self check runs a handshake here */
-    if (tls_contexts(&p->s->opt, &server, &client, why, sizeof(why)) != TK_OK) {
-        tk_log(TK_LOG_ERROR, "peer TLS reload failed, keeping the previous certificates: %s", why);
-        return TK_EINVAL;
-    }
-    tk_tls_ctx_unref(p->tls_server); /* open links keep theirs alive */
-    tk_tls_ctx_unref(p->tls_client);
-    p->tls_server = server;
-    p->tls_client = client;
-    tk_log(TK_LOG_INFO, "peer TLS: reloaded %s for new peer links", p->s->opt.tls_cert);
-    return TK_OK;
+    peer_retry_later(l);
 }
 
 /* ------------------------------------------------------------------ */
 /* Name lookups off the Raft thread */
 
-static void resolver_free(struct resolver *rs)
-{
-    pthread_mutex_destroy(&rs->mu);
-    pthread_cond_destroy(&rs->work);
-    pthread_cond_destroy(&rs->stopped);
-    free(rs);
-}
+static void connect_start(struct tk_peers *p, struct tk_plink *l);
 
-/* Drops one reference under rs->mu (which it releases); frees on the last. */
-static void resolver_unref_unlock(struct resolver *rs)
-{
-    bool last = --rs->refs == 0;
-    pthread_mutex_unlock(&rs->mu);
-    if (last)
-        resolver_free(rs);
-}
-
-/* The blocking lookup: the first address getaddrinfo() gives for a TCP
- * connection, as the dialler always used. */
-static int lookup(const char *host, const char *port, struct sockaddr_storage *sa, socklen_t *salen)
-{
-    struct addrinfo hints = {
-        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
-        return TK_EIO;
-    int rc = TK_EIO;
-    if (res->ai_addrlen <= sizeof(*sa)) {
-        memcpy(sa, res->ai_addr, res->ai_addrlen);
-        *salen = res->ai_addrlen;
-        rc = TK_OK;
-    }
-    freeaddrinfo(res);
-    return rc;
-}
-
-static void *resolver_main(void *arg)
-{
-    struct resolver *rs = arg;
-    pthread_setname_np(pthread_self(), "tk-resolve");
-    pthread_mutex_lock(&rs->mu);
-    for (;;) {
-        while (!rs->stop && rs->q_len == 0) {
-            rs->idle++;
-            pthread_cond_wait(&rs->work, &rs->mu);
-            rs->idle--;
-        }
-        if (rs->stop)
-            break;
-        uint32_t slot = rs->queue[rs->q_head];
-        rs->q_head = (rs->q_head + 1) % LINKS_MAX;
-        rs->q_len--;
-        struct resolve_job *j = &rs->jobs[slot];
-        TK_ASSERT(j->state == RJ_QUEUED);
-        j->state = RJ_RUNNING;
-        if (rs->delay_ms) {
-            struct timespec until;
-            clock_gettime(CLOCK_MONOTONIC, &until);
-            until.tv_sec += rs->delay_ms / 1000u;
-            until.tv_nsec += (long)(rs->delay_ms % 1000u) * 1000000L;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
-            while (!rs->stop && pthread_cond_timedwait(&rs->stopped, &rs->mu, &until) == 0) {
-            }
-            if (rs->stop)
-                break;
-        }
-        char host[TK_ADDR_MAX], port[sizeof(j->port)];
-        memcpy(host, j->host, sizeof(host));
-        memcpy(port, j->port, sizeof(port));
-        pthread_mutex_unlock(&rs->mu);
-        struct sockaddr_storage sa;
-        socklen_t salen = 0;
-        int rc = lookup(host, port, &sa, &salen);
-        pthread_mutex_lock(&rs->mu);
-        if (rs->stop)
-            break;
-        j->rc = rc;
-        if (rc == TK_OK) {
-            j->sa = sa;
-            j->salen = salen;
-        }
-        j->state = RJ_DONE;
-        atomic_fetch_add_explicit(&rs->done, 1, memory_order_release);
-        /* Under mu: tk_peers_destroy() sets stop under mu before the fd
-         * can be closed. A direct write: an eventfd count is never lost. */
-        uint64_t one = 1;
-        ssize_t n = write(rs->wake_fd, &one, sizeof(one));
-        (void)n; /* EAGAIN: the counter is saturated, the Raft thread wakes anyway */
-    }
-    rs->threads--;
-    resolver_unref_unlock(rs);
-    return NULL;
-}
-
-static struct resolver *resolver_create(int wake_fd, uint32_t delay_ms)
-{
-    struct resolver *rs = calloc(1, sizeof(*rs));
-    if (!rs)
-        return NULL;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&rs->mu, NULL);
-    pthread_cond_init(&rs->work, NULL);
-    pthread_cond_init(&rs->stopped, &ca);
-    pthread_condattr_destroy(&ca);
-    rs->refs = 1;
-    rs->wake_fd = wake_fd;
-    rs->delay_ms = delay_ms;
-    atomic_init(&rs->done, 0);
-    return rs;
-}
-
-/* Queues a lookup of the link's address; the link must have none
- * outstanding. Starts a thread if every running one is busy. Fails only if
- * no thread can run at all. */
-static int resolver_submit(struct tk_peers *p, struct tk_plink *l, const char *host, uint32_t port)
+/* Queues a lookup of the link's address (net/resolve.h), the pool made
+ * at the first name to look up; the link must have none outstanding. */
+static int resolve_submit(struct tk_peers *p, struct tk_plink *l, const char *host, uint32_t port)
 {
     if (!p->resolver) {
-        p->resolver = resolver_create(p->wake_fd, p->resolve_delay_ms);
+        p->resolver = tk_resolver_create(p->wake_fd, p->resolve_delay_ms);
         if (!p->resolver)
             return TK_ENOMEM;
     }
-    struct resolver *rs = p->resolver;
-    int rc = TK_OK;
-    pthread_mutex_lock(&rs->mu);
-    struct resolve_job *j = &rs->jobs[l->slot];
-    TK_ASSERT(j->state == RJ_FREE && rs->q_len < LINKS_MAX);
-    snprintf(j->host, sizeof(j->host), "%s", host);
-    snprintf(j->port, sizeof(j->port), "%u", port);
-    j->state = RJ_QUEUED;
-    rs->queue[(rs->q_head + rs->q_len) % LINKS_MAX] = l->slot;
-    rs->q_len++;
-    if (rs->q_len > rs->idle && rs->threads < RESOLVERS_MAX) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_t t;
-        if (pthread_create(&t, &attr, resolver_main, rs) == 0) {
-            rs->threads++;
-            rs->refs++;
-        } else if (rs->threads == 0) {
-            rs->q_len--; /* nobody would ever take it */
-            j->state = RJ_FREE;
-            rc = TK_EIO;
-        }
-        pthread_attr_destroy(&attr);
-    }
-    pthread_cond_signal(&rs->work);
-    pthread_mutex_unlock(&rs->mu);
-    return rc;
+    return tk_resolver_submit(p->resolver, l->slot, host, port);
 }
 
-static void connect_start(struct tk_peers *p, struct tk_plink *l);
-
-/* Raft thread: takes finished lookups and connects the links still waiting
- * for them. Costs one atomic load while none finished. */
-static void resolver_collect(struct tk_peers *p)
+/* A lookup finished (tk_resolver_collect): connects the link if it still
+ * waits for it. */
+static void resolve_done(void *ctx,
+                         uint32_t slot,
+                         int rc,
+                         const struct sockaddr_storage *sa,
+                         socklen_t salen)
 {
-    struct resolver *rs = p->resolver;
-    if (!rs || atomic_load_explicit(&rs->done, memory_order_acquire) == 0)
+    struct tk_peers *p = ctx;
+    struct tk_plink *l = p->links[slot];
+    TK_ASSERT(l && l->outbound && l->resolve_inflight);
+    l->resolve_inflight = false;
+    if (l->forget) {
+        link_free(p, l);
         return;
-    pthread_mutex_lock(&rs->mu);
-    for (uint32_t slot = 0; slot < LINKS_MAX; slot++) {
-        struct resolve_job *j = &rs->jobs[slot];
-        if (j->state != RJ_DONE)
-            continue;
-        j->state = RJ_FREE;
-        atomic_fetch_sub_explicit(&rs->done, 1, memory_order_relaxed);
-        struct tk_plink *l = p->links[slot];
-        TK_ASSERT(l && l->outbound && l->resolve_inflight);
-        l->resolve_inflight = false;
-        if (l->forget) {
-            link_free(p, l);
-            continue;
-        }
-        if (l->state != L_RESOLVING)
-            continue; /* closed meanwhile: its next dial looks up again */
-        if (j->rc != TK_OK) {
-            if (!l->resolve_failed)
-                tk_log(TK_LOG_WARN, "peer %s: name lookup failed; retrying", l->addr);
-            l->resolve_failed = true;
-            p->st.resolve_failures++;
-            link_retry_later(l);
-            continue;
-        }
-        if (l->resolve_failed)
-            tk_log(TK_LOG_INFO, "peer %s: name resolves again", l->addr);
-        l->resolve_failed = false;
-        memcpy(&l->sa, &j->sa, j->salen);
-        l->salen = j->salen;
-        connect_start(p, l); /* only prepares SQEs: fine under mu */
     }
-    pthread_mutex_unlock(&rs->mu);
-}
-
-/* Called by tk_peers_destroy(): running lookups finish on their own. */
-static void resolver_release(struct resolver *rs)
-{
-    if (!rs)
+    if (l->state != L_RESOLVING)
+        return; /* closed meanwhile: its next dial looks up again */
+    if (rc != TK_OK) {
+        if (!l->resolve_failed)
+            tk_log(TK_LOG_WARN, "peer %s: name lookup failed; retrying", l->addr);
+        l->resolve_failed = true;
+        p->st.resolve_failures++;
+        peer_retry_later(l);
         return;
-    pthread_mutex_lock(&rs->mu);
-    rs->stop = true;
-    pthread_cond_broadcast(&rs->work);
-    pthread_cond_broadcast(&rs->stopped);
-    resolver_unref_unlock(rs);
-}
-
-/* A numeric address (IPv4 or IPv6 literal) needs no lookup: getaddrinfo()
- * with AI_NUMERICHOST never asks a resolver, so the Raft thread may call it. */
-static bool addr_numeric(const char *host,
-                         uint32_t port,
-                         struct sockaddr_storage *sa,
-                         socklen_t *salen)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    char portstr[16];
-    snprintf(portstr, sizeof(portstr), "%u", port);
-    if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res)
-        return false;
-    bool ok = res->ai_addrlen <= sizeof(*sa);
-    if (ok) {
-        memcpy(sa, res->ai_addr, res->ai_addrlen);
-        *salen = res->ai_addrlen;
     }
-    freeaddrinfo(res);
-    return ok;
+    if (l->resolve_failed)
+        tk_log(TK_LOG_INFO, "peer %s: name resolves again", l->addr);
+    l->resolve_failed = false;
+    memcpy(&l->sa, sa, salen);
+    l->salen = salen;
+    connect_start(p, l); /* only prepares SQEs: fine under the pool's lock */
 }
 
 /* Opens the socket and queues the connect to l->sa. */
 static void connect_start(struct tk_peers *p, struct tk_plink *l)
 {
-    l->fd = socket(l->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (l->fd < 0) {
+    l->st.fd = socket(l->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (l->st.fd < 0) {
         l->state = L_IDLE;
         l->retry_at_us = tk_now_us() + BACKOFF_MAX_US;
         return;
     }
     int one = 1;
-    setsockopt(l->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(l->st.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     l->state = L_CONNECTING;
     l->deadline_us = tk_now_us() + (uint64_t)p->s->opt.handshake_ms * 1000u;
-    struct io_uring_sqe *sqe = sqe_get(p);
-    io_uring_prep_connect(sqe, l->fd, (struct sockaddr *)&l->sa, l->salen);
-    io_uring_sqe_set_data64(sqe, pud(POP_CONNECT, l->slot, l->gen));
+    tk_deadlines_push(&p->hs, l->slot, l->gen, l->deadline_us);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
+    io_uring_prep_connect(sqe, l->st.fd, (struct sockaddr *)&l->sa, l->salen);
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_CONNECT, l->slot, l->gen));
     sqe->flags |= IOSQE_IO_LINK;
-    sqe = sqe_get(p);
+    sqe = tk_uring_sqe(&p->ring);
     io_uring_prep_link_timeout(sqe, &p->connect_ts, 0);
-    io_uring_sqe_set_data64(sqe, pud(POP_TIMEOUT, 0, 0));
+    io_uring_sqe_set_data64(sqe, tk_ud(OP_TIMEOUT, 0, 0));
     l->connect_inflight = true;
 }
 
@@ -938,10 +205,10 @@ static void dial(struct tk_peers *p, struct tk_plink *l)
     char host[TK_ADDR_MAX];
     uint32_t port;
     if (tk_addr_split(l->addr, host, sizeof(host), &port) != TK_OK) {
-        link_retry_later(l);
+        peer_retry_later(l);
         return;
     }
-    if (addr_numeric(host, port, &l->sa, &l->salen)) {
+    if (tk_resolve_numeric(host, port, &l->sa, &l->salen)) {
         connect_start(p, l);
         return;
     }
@@ -950,8 +217,8 @@ static void dial(struct tk_peers *p, struct tk_plink *l)
     /* A lookup from an earlier dial still running serves this one. */
     if (l->resolve_inflight)
         return;
-    if (resolver_submit(p, l, host, port) != TK_OK) {
-        link_retry_later(l);
+    if (resolve_submit(p, l, host, port) != TK_OK) {
+        peer_retry_later(l);
         return;
     }
     l->resolve_inflight = true;
@@ -1016,251 +283,52 @@ unsigned tk_peers_prune(struct tk_peers *p, bool (*keep)(void *ctx, const char *
     return n;
 }
 
-/* An inbound link finished its handshake: if the authenticated inbound
- * links are now over INBOUND_MAX, the one quiet the longest goes. A
- * member's link carries a heartbeat every --heartbeat-ms, so only idle
- * links (a prober's, a stale operator's) are old; the member redials if
- * it was one of its. */
-static void inbound_budget(struct tk_peers *p, const struct tk_plink *fresh)
+/* A link whose deadline counts: connecting or in its handshake. */
+static bool link_handshaking(void *ctx, uint32_t slot, uint32_t gen)
 {
-    uint32_t n = 0;
-    struct tk_plink *idle = NULL;
-    for (uint32_t i = 0; i < LINKS_MAX; i++) {
-        struct tk_plink *l = p->links[i];
-        if (!l || l->outbound || l->state != L_READY)
-            continue;
-        n++;
-        if (l != fresh && (!idle || l->active_us < idle->active_us))
-            idle = l;
-    }
-    if (n > INBOUND_MAX && idle) {
-        p->st.inbound_evicted++;
-        link_warn(p, idle,
-                  "closed: more than %u authenticated peer links; this one was idle "
-                  "the longest",
-                  INBOUND_MAX);
-        tk_plink_close(p, idle);
-    }
+    struct tk_plink *l = link_get(ctx, slot, gen);
+    return l && (l->state == L_CONNECTING || l->state == L_BANNER || l->state == L_AUTH ||
+                 l->state == L_OK);
 }
 
-bool tk_plink_ready(const struct tk_plink *l)
+static bool unauth_evict(void *ctx, uint32_t slot, uint32_t gen)
 {
-    return l && l->state == L_READY;
-}
-
-void tk_plink_mac(const struct tk_plink *l,
-                  const char *label,
-                  const void *data,
-                  size_t len,
-                  uint8_t out[TK_AUTH_MAC_LEN])
-{
-    TK_ASSERT(l->state == L_READY);
-    tk_hs_mac(&l->hs, label, data, len, out);
-}
-
-uint64_t tk_plink_remote_id(const struct tk_plink *l)
-{
-    return l->remote_id;
-}
-
-const char *tk_plink_addr(const struct tk_plink *l)
-{
-    return l->addr;
-}
-
-bool tk_peers_send(struct tk_peers *p, struct tk_plink *l, const struct tk_wire_frame *f)
-{
-    if (!tk_plink_ready(l)) {
-        p->st.frames_dropped++;
+    struct tk_peers *p = ctx;
+    struct tk_plink *l = link_get(p, slot, gen);
+    if (l->outbound || l->state != L_AUTH)
         return false;
-    }
-    size_t n = tk_wire_encoded_len(f);
-    if (l->out_len + (l->snd_len - l->snd_off) + n > OUT_MAX) {
-        /* The peer does not keep up: cut the link rather than queue without
-         * bound; Raft resends from the follower's match index later. */
-        p->st.frames_dropped++;
-        tk_plink_close(p, l);
-        return false;
-    }
-    out_reserve(l, n);
-    size_t w = tk_wire_encode(f, l->out + l->out_len, l->out_cap - l->out_len);
-    TK_ASSERT(w == n);
-    l->out_len += n;
-    p->st.frames_out++;
-    return true;
-}
-
-/* ------------------------------------------------------------------ */
-/* Handshake (SPEC 2 with the peer secret: TICKETING-PEER/2, core/handshake.h) */
-
-/* Failed logins on the peer port: a few lines a second at most. */
-static struct tk_log_limit auth_log = TK_LOG_LIMIT_INIT;
-
-/* The handshake failed for the reason why: counted, logged (an inbound
- * link's rate-limited, with the dialler's address), the link closed; tell
- * sends the dialler "E - auth" first. */
-static void hs_fail(struct tk_peers *p, struct tk_plink *l, bool tell, const char *why)
-{
-    p->st.auth_failures++;
-    if (tell) {
-        static const char e[] = "E - auth\n";
-        if (l->tls) { /* inside TLS, like every other line */
-            if (tk_tls_write(l->tls, e, sizeof(e) - 1) == TK_OK)
-                tls_push_now(l);
-        } else {
-            ssize_t w = send(l->fd, e, sizeof(e) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-            (void)w;
-        }
-    }
-    if (l->outbound) {
-        tk_log(TK_LOG_WARN, "peer handshake failed on outbound link %s: %s", l->addr, why);
-    } else {
-        char who[TK_ADDR_MAX + 16];
-        tk_log_limited(&auth_log, TK_LOG_WARN, "auth failed from %s (peer port): %s",
-                       remote_name(l->fd, who, sizeof(who)), why);
-    }
+    p->st.handshakes_evicted++;
     tk_plink_close(p, l);
-}
-
-/* One handshake line, through core/handshake.c. On a TLS link the proofs
- * cover the session's channel binding, taken before the first line (the
- * lines come only once TLS is done). */
-static void hs_line(struct tk_peers *p, struct tk_plink *l, const char *line, size_t len)
-{
-    struct tk_server *s = p->s;
-    if (l->tls && l->hs.binding[0] == '-') {
-        uint8_t b[TK_TLS_BINDING_LEN];
-        if (tk_tls_channel_binding(l->tls, b) != TK_OK) {
-            hs_fail(p, l, false, "no TLS channel binding to bind the proof to");
-            return;
-        }
-        tk_hs_bind(&l->hs, b);
-    }
-    if (!l->outbound) { /* the OK line carries what this node is now */
-        l->hs.node_id = s->node_id;
-        l->hs.domain[0] = atomic_load(&s->domain_lo);
-        l->hs.domain[1] = atomic_load(&s->domain_hi);
-    }
-    char out[TK_HS_LINE_MAX];
-    size_t n = 0;
-    enum tk_hs_state st = tk_hs_line(&l->hs, line, len, out, sizeof(out), &n);
-    if (st == TK_HS_FAILED) {
-        hs_fail(p, l, l->hs.tell, tk_hs_why(&l->hs));
-        return;
-    }
-    if (n)
-        send_line(l, out, n);
-    if (st == TK_HS_OK) {
-        l->state = L_OK;
-    } else if (st == TK_HS_DONE) {
-        if (l->outbound) {
-            l->remote_id = l->hs.node_id;
-            l->backoff_us = BACKOFF_MIN_US;
-        }
-        l->state = L_READY;
-        p->st.handshakes++;
-        if (!l->outbound)
-            inbound_budget(p, l);
-    }
-}
-
-/* An outbound link's socket connected: its handshake begins, meant for
- * the address dialled. */
-static bool hs_dial(struct tk_peers *p, struct tk_plink *l)
-{
-    char cnonce[TK_AUTH_HEX_LEN + 1];
-    if (tk_auth_nonce(cnonce) != TK_OK)
-        return false;
-    tk_hs_dial(&l->hs, p->s->peer_secret, p->s->peer_secret_len, l->addr, cnonce);
     return true;
-}
-
-/* Parses what arrived: handshake lines first, then frames. */
-static void link_input(struct tk_peers *p, struct tk_plink *l)
-{
-    size_t pos = 0;
-    while (pos < l->in_len && l->state != L_CLOSING) {
-        if (l->state != L_READY) {
-            if (l->state == L_AUTH && pos == 0 && !l->tls && l->in[0] == TLS_RECORD_HANDSHAKE) {
-                /* A dialler that opens with a TLS record (AUTH opens with
-                 * 'A'): it runs with TLS and this node without. */
-                p->st.tls_failures++;
-                link_warn(p, l,
-                          "closed: the peer speaks TLS but this node's peer port is plaintext "
-                          "(every member needs --tls-cert, --tls-key and --tls-ca)");
-                tk_plink_close(p, l);
-                break;
-            }
-            uint8_t *nl = memchr(l->in + pos, '\n', TK_MIN(l->in_len - pos, (size_t)TK_LINE_MAX));
-            if (!nl) {
-                if (l->in_len - pos >= TK_LINE_MAX)
-                    hs_fail(p, l, l->state == L_AUTH, "handshake line too long");
-                break;
-            }
-            size_t len = (size_t)(nl - (l->in + pos));
-            hs_line(p, l, (const char *)l->in + pos, len);
-            pos += len + 1;
-            continue;
-        }
-        size_t flen = 0;
-        if (tk_wire_frame_len(l->in + pos, l->in_len - pos, &flen) != TK_OK) {
-            tk_log(TK_LOG_WARN, "peer frame too large or malformed; closing link");
-            p->st.frames_malformed++;
-            tk_plink_close(p, l);
-            break;
-        }
-        if (flen > (size_t)p->s->opt.max_frame_bytes + TK_WIRE_LENGTH_LEN) {
-            tk_log(TK_LOG_WARN, "peer frame of %zu bytes over --max-frame-bytes; closing link",
-                   flen);
-            p->st.frames_oversize++;
-            tk_plink_close(p, l);
-            break;
-        }
-        if (flen == 0 || l->in_len - pos < flen)
-            break;
-        struct tk_wire_frame f;
-        if (tk_wire_decode(l->in + pos, flen, &f, &p->scratch) != TK_OK) {
-            tk_log(TK_LOG_WARN, "malformed peer frame; closing link");
-            p->st.frames_malformed++;
-            tk_plink_close(p, l);
-            break;
-        }
-        p->st.frames_in++;
-        pos += flen;
-        p->cb.frame(p->cb.ctx, l, &f);
-    }
-    if (l->state == L_CLOSING) {
-        l->in_len = 0;
-        return;
-    }
-    if (pos) {
-        memmove(l->in, l->in + pos, l->in_len - pos);
-        l->in_len -= pos;
-    }
-    if (l->in_len >= IN_CAP_MAX - RECV_CHUNK) {
-        tk_plink_close(p, l);
-    }
 }
 
 /* Inbound links that have not authenticated get 16 of the 64 slots at
- * most: when they are full the oldest goes, so sockets that never
- * authenticate cannot keep real peers (or a joining member) out. */
+ * most: when they are full the oldest goes (net/stream.h), so sockets
+ * that never authenticate cannot keep real peers (or a joining member)
+ * out. */
 static void unauth_budget(struct tk_peers *p)
 {
     uint32_t n = 0;
-    struct tk_plink *oldest = NULL;
     for (uint32_t i = 0; i < LINKS_MAX; i++) {
         struct tk_plink *l = p->links[i];
-        if (!l || l->outbound || l->state != L_AUTH)
-            continue;
-        n++;
-        if (!oldest || l->deadline_us < oldest->deadline_us)
-            oldest = l;
+        n += l && !l->outbound && l->state == L_AUTH;
     }
-    if (n >= UNAUTH_MAX) {
-        p->st.handshakes_evicted++;
-        tk_plink_close(p, oldest);
-    }
+    tk_deadlines_budget(&p->hs, n, UNAUTH_MAX, unauth_evict);
+}
+
+/* A link did not connect or finish its handshake in time. */
+static void link_timeout(void *ctx, uint32_t slot, uint32_t gen)
+{
+    struct tk_peers *p = ctx;
+    struct tk_plink *l = link_get(p, slot, gen);
+    p->st.handshake_timeouts++;
+    if (l->st.tls && !tk_tls_ready(l->st.tls))
+        peer_link_warn(
+            p, l, "closed: no TLS handshake within %u ms%s", p->s->opt.handshake_ms,
+            l->outbound || l->tls_seen
+                ? ""
+                : " (a member without --tls-cert dials in plaintext and waits for a banner)");
+    tk_plink_close(p, l);
 }
 
 static void on_accept(struct tk_peers *p, int fd)
@@ -1278,11 +346,12 @@ static void on_accept(struct tk_peers *p, int fd)
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    l->fd = fd;
+    l->st.fd = fd;
     l->state = L_AUTH;
     l->deadline_us = tk_now_us() + (uint64_t)p->s->opt.handshake_ms * 1000u;
+    tk_deadlines_push(&p->hs, l->slot, l->gen, l->deadline_us);
     char snonce[TK_AUTH_HEX_LEN + 1];
-    if (tk_auth_nonce(snonce) != TK_OK || (p->tls_server && !tls_begin(p, l))) {
+    if (tk_auth_nonce(snonce) != TK_OK || (p->tls_server && !peer_tls_begin(p, l))) {
         tk_plink_close(p, l);
         link_finish_close(p, l); /* nothing in flight: frees it */
         return;
@@ -1293,48 +362,41 @@ static void on_accept(struct tk_peers *p, int fd)
     char line[TK_HS_LINE_MAX];
     size_t n = tk_hs_listen(&l->hs, p->s->peer_secret, p->s->peer_secret_len, p->self, snonce, line,
                             sizeof(line));
-    if (!l->tls)
-        send_line(l, line, n);
+    if (!l->st.tls)
+        peer_send_line(l, line, n);
     arm_recv(p, l);
-}
-
-static struct tk_plink *link_get(struct tk_peers *p, uint32_t slot, uint32_t gen)
-{
-    if (slot >= LINKS_MAX || !p->links[slot] || p->links[slot]->gen != gen)
-        return NULL;
-    return p->links[slot];
 }
 
 static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
 {
     struct tk_ref ud = tk_ref_unpack(io_uring_cqe_get_data64(cqe));
-    int op = (int)ud.tag;
+    enum tk_op op = (enum tk_op)ud.tag;
     uint32_t slot = ud.slot, gen = ud.gen;
     struct tk_plink *l = NULL;
-    if (op == POP_CONNECT || op == POP_RECV || op == POP_SEND) {
+    if (op == OP_CONNECT || op == OP_RECV || op == OP_SEND) {
         l = link_get(p, slot, gen);
         TK_ASSERT(l != NULL);
     }
     switch (op) {
-        case POP_ACCEPT:
+        case OP_ACCEPT:
             if (cqe->res >= 0)
                 on_accept(p, cqe->res);
             tk_accept_done(&p->accept, cqe->res, cqe->flags & IORING_CQE_F_MORE, tk_now_us(),
                            "peer port");
             break;
-        case POP_CONNECT:
+        case OP_CONNECT:
             l->connect_inflight = false;
             if (l->state != L_CONNECTING) {
                 link_finish_close(p, l);
             } else if (cqe->res < 0) {
                 l->state = L_CLOSING;
                 link_finish_close(p, l);
-            } else if (p->tls_client && !tls_begin(p, l)) {
-                link_warn(p, l, "cannot start TLS (out of memory)");
+            } else if (p->tls_client && !peer_tls_begin(p, l)) {
+                peer_link_warn(p, l, "cannot start TLS (out of memory)");
                 tk_plink_close(p, l);
                 link_finish_close(p, l);
-            } else if (!hs_dial(p, l)) {
-                link_warn(p, l, "no random bytes for a handshake nonce");
+            } else if (!peer_hs_dial(p, l)) {
+                peer_link_warn(p, l, "no random bytes for a handshake nonce");
                 tk_plink_close(p, l);
                 link_finish_close(p, l);
             } else {
@@ -1342,41 +404,36 @@ static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
                 arm_recv(p, l);
             }
             break;
-        case POP_RECV:
+        case OP_RECV:
             l->recv_inflight = false;
             if (cqe->res <= 0 || l->state == L_CLOSING) {
-                if (cqe->res == 0 && l->tls)
-                    tls_eof(p, l);
+                if (cqe->res == 0 && l->st.tls)
+                    peer_tls_eof(p, l);
                 tk_plink_close(p, l);
                 link_finish_close(p, l);
                 break;
             }
             p->st.bytes_in += (uint64_t)cqe->res;
             l->active_us = tk_now_us();
-            if (l->tls)
-                tls_open(p, l, (size_t)cqe->res);
-            else
-                l->in_len += (size_t)cqe->res;
-            link_input(p, l);
+            peer_recv(p, l, (size_t)cqe->res);
+            peer_input(p, l);
             if (l->state != L_CLOSING)
                 arm_recv(p, l);
             else
                 link_finish_close(p, l);
             break;
-        case POP_SEND:
+        case OP_SEND:
             l->send_inflight = false;
             if (cqe->res < 0) {
                 tk_plink_close(p, l);
                 link_finish_close(p, l);
                 break;
             }
-            l->snd_off += (size_t)cqe->res;
+            tk_stream_sent(&l->st, (size_t)cqe->res);
             p->st.bytes_out += (uint64_t)cqe->res;
-            if (l->snd_off == l->snd_len)
-                l->snd_len = l->snd_off = 0;
             link_finish_close(p, l);
             break;
-        case POP_WAKE:
+        case OP_WAKE:
             arm_wake(p);
             break;
         default:
@@ -1386,54 +443,32 @@ static void handle_cqe(struct tk_peers *p, struct io_uring_cqe *cqe)
 
 static void flush_link(struct tk_peers *p, struct tk_plink *l)
 {
-    if (l->send_inflight || l->fd < 0 || l->state == L_CLOSING || l->state == L_CONNECTING)
+    if (l->send_inflight || l->st.fd < 0 || l->state == L_CLOSING || l->state == L_CONNECTING)
         return;
-    if (l->tls && l->snd_len == 0) {
-        tls_seal(p, l);
-        if (l->state == L_CLOSING)
-            return;
-    } else if (l->snd_len == 0 && l->out_len > 0) {
-        uint8_t *t = l->snd;
-        size_t tcap = l->snd_cap;
-        l->snd = l->out;
-        l->snd_cap = l->out_cap;
-        l->snd_len = l->out_len;
-        l->snd_off = 0;
-        l->out = t;
-        l->out_cap = tcap;
-        l->out_len = 0;
+    if (l->st.snd.len == 0 && l->st.type->output(&l->st) != TK_OK) {
+        peer_tls_failed(p, l, NULL);
+        return;
     }
-    if (l->snd_len > l->snd_off) {
-        struct io_uring_sqe *sqe = sqe_get(p);
-        io_uring_prep_send(sqe, l->fd, l->snd + l->snd_off, l->snd_len - l->snd_off, MSG_NOSIGNAL);
-        io_uring_sqe_set_data64(sqe, pud(POP_SEND, l->slot, l->gen));
+    if (tk_stream_unsent(&l->st) > 0) {
+        struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
+        io_uring_prep_send(sqe, l->st.fd, l->st.snd.p + l->st.snd_off, tk_stream_unsent(&l->st),
+                           MSG_NOSIGNAL);
+        io_uring_sqe_set_data64(sqe, tk_ud(OP_SEND, l->slot, l->gen));
         l->send_inflight = true;
     }
 }
 
 static unsigned peers_run(struct tk_peers *p, uint64_t timeout_us, bool enter)
 {
-    resolver_collect(p);
+    tk_resolver_collect(p->resolver, p, resolve_done);
     uint64_t now = tk_now_us();
     if (tk_accept_due(&p->accept, now) && !atomic_load(&p->s->stopping))
         arm_accept(p);
+    tk_deadlines_expire(&p->hs, now, link_timeout);
     for (uint32_t i = 0; i < LINKS_MAX; i++) {
         struct tk_plink *l = p->links[i];
-        if (!l)
-            continue;
-        if (l->state == L_IDLE && l->outbound && !l->forget && now >= l->retry_at_us)
+        if (l && l->state == L_IDLE && l->outbound && !l->forget && now >= l->retry_at_us)
             dial(p, l);
-        else if (l->state != L_READY && l->state != L_IDLE && l->state != L_CLOSING &&
-                 l->state != L_RESOLVING && now >= l->deadline_us) {
-            p->st.handshake_timeouts++;
-            if (l->tls && !tk_tls_ready(l->tls))
-                link_warn(p, l, "closed: no TLS handshake within %u ms%s", p->s->opt.handshake_ms,
-                          l->outbound || l->tls_seen
-                              ? ""
-                              : " (a member without --tls-cert dials in plaintext and waits "
-                                "for a banner)");
-            tk_plink_close(p, l);
-        }
         if (p->links[i])
             flush_link(p, p->links[i]);
     }
@@ -1500,15 +535,18 @@ int tk_peers_create(struct tk_server *s,
     p->connect_ts.tv_nsec = (CONNECT_TIMEOUT_MS % 1000) * 1000000;
     p->scratch.entries = calloc(TK_WIRE_ENTRIES_MAX, sizeof(struct tk_raft_entry));
     p->scratch.entries_cap = TK_WIRE_ENTRIES_MAX;
-    if (!p->scratch.entries) {
+    if (!p->scratch.entries || tk_deadlines_init(&p->hs, LINKS_MAX, p, link_handshaking) != TK_OK) {
+        free(p->scratch.entries);
+        tk_deadlines_free(&p->hs);
         free(p);
         return TK_ENOMEM;
     }
     if (s->opt.tls_cert[0]) {
         char why[TK_TLS_ERR_MAX];
-        if (tls_contexts(&s->opt, &p->tls_server, &p->tls_client, why, sizeof(why)) != TK_OK) {
+        if (peer_tls_contexts(&s->opt, &p->tls_server, &p->tls_client, why, sizeof(why)) != TK_OK) {
             tk_log(TK_LOG_ERROR, "peer TLS: %s", why);
             free(p->scratch.entries);
+            tk_deadlines_free(&p->hs);
             free(p);
             return TK_EINVAL;
         }
@@ -1527,6 +565,7 @@ int tk_peers_create(struct tk_server *s,
         tk_tls_ctx_unref(p->tls_server);
         tk_tls_ctx_unref(p->tls_client);
         free(p->scratch.entries);
+        tk_deadlines_free(&p->hs);
         free(p);
         return TK_EUNSUPPORTED;
     }
@@ -1538,6 +577,7 @@ int tk_peers_create(struct tk_server *s,
         tk_tls_ctx_unref(p->tls_server);
         tk_tls_ctx_unref(p->tls_client);
         free(p->scratch.entries);
+        tk_deadlines_free(&p->hs);
         free(p);
         return TK_EIO;
     }
@@ -1560,17 +600,14 @@ void tk_peers_destroy(struct tk_peers *p)
 {
     if (!p)
         return;
-    resolver_release(p->resolver);
+    tk_resolver_release(p->resolver);
     for (uint32_t i = 0; i < LINKS_MAX; i++) {
         struct tk_plink *l = p->links[i];
         if (!l)
             continue;
-        if (l->fd >= 0)
-            close(l->fd);
-        tk_tls_free(l->tls);
-        free(l->in);
-        free(l->out);
-        free(l->snd);
+        if (l->st.fd >= 0)
+            close(l->st.fd);
+        tk_stream_free(&l->st);
         free(l);
     }
     tk_tls_ctx_unref(p->tls_server);
@@ -1579,6 +616,7 @@ void tk_peers_destroy(struct tk_peers *p)
     if (p->listen_fd >= 0)
         close(p->listen_fd);
     free(p->scratch.entries);
+    tk_deadlines_free(&p->hs);
     free(p);
 }
 

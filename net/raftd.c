@@ -123,29 +123,6 @@ static void raftd_io_log(void *ctx, int level, const char *line)
     tk_log(level, "%s", line);
 }
 
-void raftd_after_driver(struct tk_raftd *r)
-{
-    const struct tk_raft_config *c = tk_driver_config(r->d);
-    if (c && (atomic_load_explicit(&r->s->domain_lo, memory_order_relaxed) != c->domain_lo ||
-              atomic_load_explicit(&r->s->domain_hi, memory_order_relaxed) != c->domain_hi)) {
-        /* The workers learn that they lead through their rings, after
-         * this store; /status shows the domain with the membership it
-         * brings, not a fresh node's note of a moment ago. */
-        atomic_store(&r->s->domain_lo, c->domain_lo);
-        atomic_store(&r->s->domain_hi, c->domain_hi);
-        raftd_publish(r);
-    }
-    if (r->peers && !r->removed) {
-        struct tk_driver_members dm;
-        tk_driver_members(r->d, &dm);
-        if (dm.state == TK_DRIVER_REMOVED) {
-            r->removed = true;
-            raftd_publish(r);
-            atomic_store(&r->s->removed, 1);
-        }
-    }
-}
-
 /* True if a message waits in any worker's ring to the Raft thread. */
 static bool rings_pending(struct tk_raftd *r)
 {
@@ -408,6 +385,11 @@ int tk_raftd_create(struct tk_server *s)
     if (tk_wake_init(&r->wake) != TK_OK)
         return TK_EIO;
     tk_wake_init_local(&r->local_wake);
+    /* Published for the workers (their wakes are already: they are made
+     * first). Inline, worker 0 runs the loop and a proposal costs no
+     * wakeup. */
+    s->raft_wake = s->raft_inline ? &r->local_wake : &r->wake;
+    s->raft_loop_wake = s->raft_inline ? tk_worker_wake(s, 0) : &r->wake;
     if (tk_wall_us() < TK_DRIVER_TOKEN_EPOCH_US) {
         tk_log(TK_LOG_ERROR, "wall clock reads before 2026-01-01; refusing to start a domain");
         return TK_EINVAL;
@@ -524,18 +506,6 @@ void tk_raftd_destroy(struct tk_server *s)
     pthread_mutex_destroy(&r->pub_mu);
     free(r);
     s->raft = NULL;
-}
-
-void tk_raftd_poke(struct tk_server *s)
-{
-    tk_wake_signal(s->raft_inline ? tk_worker_wake(s, 0) : &s->raft->wake);
-}
-
-struct tk_wake *tk_raftd_wake(struct tk_server *s)
-{
-    if (s->raft_inline)
-        return &s->raft->local_wake;
-    return &s->raft->wake;
 }
 
 bool tk_raftd_ready(struct tk_server *s)

@@ -1,7 +1,8 @@
 /* Internals of the Raft thread, shared by net/raftd.c (the driver loop,
  * proposals, apply, roles, reads, snapshots), net/raftd_peers.c (the peer
  * links' side of the driver) and net/raftd_status.c (/status and
- * /metrics). Only the Raft thread touches this state, except the fields
+ * /metrics). Calls go one way: raftd.c -> raftd_peers.c ->
+ * raftd_status.c, never back. Only the Raft thread touches this state, except the fields
  * marked as published (read by the admin thread).
  */
 #ifndef TK_NET_RAFTD_H
@@ -75,13 +76,14 @@ struct tk_raftd {
 };
 
 /* net/raftd.c */
+uint64_t raftd_random_u64(void);
+
+/* net/raftd_peers.c: tk_driver_io for peers, tk_peer_cb, and what the
+ * driver's membership outputs mean for the process. */
 /* After every input to the driver: publishes a new domain at once (a
  * leader never greets clients or peers with domain 0 while it grants),
  * and exits the process's loop once the node was removed. */
 void raftd_after_driver(struct tk_raftd *r);
-uint64_t raftd_random_u64(void);
-
-/* net/raftd_peers.c: tk_driver_io for peers, tk_peer_cb */
 void raftd_io_send(void *ctx, const struct tk_wire_frame *f, const char *addr);
 void raftd_io_reply(void *ctx, uint64_t link, struct tk_wire_frame *f);
 void raftd_io_close_link(void *ctx, uint64_t link);

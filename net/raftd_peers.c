@@ -1,7 +1,8 @@
 /* The Raft thread's side of the peer links: frames in to the driver,
  * frames out over the link to an address (only to the process that is
  * the NodeId they name), JoinReply signatures, the peer certificate check,
- * and --peers parsing. The membership protocol itself (probes, joins,
+ * --peers parsing, and what the driver's membership outputs mean for the
+ * process (raftd_after_driver). The membership protocol itself (probes, joins,
  * removals, the new-domain agreement) is the driver's (raft/membership.c);
  * this file is I/O only. */
 #include <stdio.h>
@@ -174,4 +175,27 @@ int raftd_parse_peers(struct tk_raftd *r)
         h = tk_hash(sorted[i], strlen(sorted[i])) ^ (h * 31);
     r->peers_hash = h ? h : 1;
     return TK_OK;
+}
+
+void raftd_after_driver(struct tk_raftd *r)
+{
+    const struct tk_raft_config *c = tk_driver_config(r->d);
+    if (c && (atomic_load_explicit(&r->s->domain_lo, memory_order_relaxed) != c->domain_lo ||
+              atomic_load_explicit(&r->s->domain_hi, memory_order_relaxed) != c->domain_hi)) {
+        /* The workers learn that they lead through their rings, after
+         * this store; /status shows the domain with the membership it
+         * brings, not a fresh node's note of a moment ago. */
+        atomic_store(&r->s->domain_lo, c->domain_lo);
+        atomic_store(&r->s->domain_hi, c->domain_hi);
+        raftd_publish(r);
+    }
+    if (r->peers && !r->removed) {
+        struct tk_driver_members dm;
+        tk_driver_members(r->d, &dm);
+        if (dm.state == TK_DRIVER_REMOVED) {
+            r->removed = true;
+            raftd_publish(r);
+            atomic_store(&r->s->removed, 1);
+        }
+    }
 }

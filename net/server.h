@@ -100,6 +100,15 @@ struct tk_server {
     uint32_t nworkers;
     struct tk_worker *workers[TK_WORKERS_MAX];
     struct tk_raftd *raft;
+    /* The rings and wakeups between the workers and the Raft thread,
+     * published by the side that owns each when it is created (the
+     * workers' first): the other side reads them here and never calls
+     * into its peer's file. */
+    struct tk_ring *from_raft[TK_WORKERS_MAX]; /* Raft thread -> worker i */
+    struct tk_ring *to_raft[TK_WORKERS_MAX];   /* worker i -> Raft thread */
+    struct tk_wake *worker_wake[TK_WORKERS_MAX];
+    struct tk_wake *raft_wake;      /* what the workers' proposals signal */
+    struct tk_wake *raft_loop_wake; /* wakes the thread that runs the Raft loop */
     /* --threads 1: worker 0 runs the Raft loop between its own rounds
      * (tk_raftd_inline_*), so a commit costs no wakeup between threads. */
     bool raft_inline;
@@ -121,20 +130,25 @@ struct tk_server {
     struct tk_hist wait_hist[TK_WORKERS_MAX];
 };
 
-/* TLS (net/conn.c): the current client-port context with a reference
- * the caller drops with tk_tls_ctx_unref(), or NULL without TLS. Any
- * thread. */
-struct tk_tls_ctx *tk_server_tls_ctx(struct tk_server *s);
-
 /* Workers (net/worker.c). */
 int tk_worker_create(struct tk_server *s, uint32_t idx);
 int tk_worker_start(struct tk_server *s, uint32_t idx);
 void tk_worker_join(struct tk_server *s, uint32_t idx);
 void tk_worker_destroy(struct tk_server *s, uint32_t idx);
-/* The ring and wakeup a producer uses to reach worker idx. */
-struct tk_ring *tk_worker_inbox_from_raft(struct tk_server *s, uint32_t idx);
-struct tk_ring *tk_worker_outbox_to_raft(struct tk_server *s, uint32_t idx);
-struct tk_wake *tk_worker_wake(struct tk_server *s, uint32_t idx);
+/* The ring and wakeup a producer uses to reach worker idx (published at
+ * tk_worker_create). */
+static inline struct tk_ring *tk_worker_inbox_from_raft(struct tk_server *s, uint32_t idx)
+{
+    return s->from_raft[idx];
+}
+static inline struct tk_ring *tk_worker_outbox_to_raft(struct tk_server *s, uint32_t idx)
+{
+    return s->to_raft[idx];
+}
+static inline struct tk_wake *tk_worker_wake(struct tk_server *s, uint32_t idx)
+{
+    return s->worker_wake[idx];
+}
 
 /* The Raft thread (net/raftd.c). */
 int tk_raftd_create(struct tk_server *s);
@@ -145,10 +159,17 @@ int tk_raftd_start(struct tk_server *s);
 void tk_raftd_join(struct tk_server *s, bool workers_running);
 void tk_raftd_destroy(struct tk_server *s);
 /* The wakeup a worker's proposals signal: the Raft thread's, or, inline, a
- * local one that costs nothing (the same thread reads them). */
-struct tk_wake *tk_raftd_wake(struct tk_server *s);
+ * local one that costs nothing (the same thread reads them). Published
+ * at tk_raftd_create. */
+static inline struct tk_wake *tk_raftd_wake(struct tk_server *s)
+{
+    return s->raft_wake;
+}
 /* Wakes the thread that runs the Raft loop (any thread). */
-void tk_raftd_poke(struct tk_server *s);
+static inline void tk_raftd_poke(struct tk_server *s)
+{
+    tk_wake_signal(s->raft_loop_wake);
+}
 /* Inline Raft loop (s->raft_inline), called by worker 0 only.
  * fd: a file that turns readable when peer I/O completed (-1: none); the
  * worker polls it in its own ring. io: reaps peer I/O and publishes what

@@ -25,20 +25,9 @@
 #define SQ_ENTRIES 4096
 #define STATS_PERIOD_US 50000
 
-struct io_uring_sqe *worker_sqe(struct tk_worker *w)
-{
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
-    if (!sqe) {
-        io_uring_submit(&w->ring);
-        sqe = io_uring_get_sqe(&w->ring);
-    }
-    TK_ASSERT(sqe != NULL);
-    return sqe;
-}
-
 static void arm_accept(struct tk_worker *w)
 {
-    struct io_uring_sqe *sqe = worker_sqe(w);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
     io_uring_prep_multishot_accept(sqe, w->listen_fd, NULL, NULL, SOCK_CLOEXEC);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_ACCEPT, 0, 0));
     w->accept.armed = true;
@@ -47,14 +36,14 @@ static void arm_accept(struct tk_worker *w)
 /* Inline Raft: the peer ring's completions wake this ring. */
 static void arm_raft_poll(struct tk_worker *w)
 {
-    struct io_uring_sqe *sqe = worker_sqe(w);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
     io_uring_prep_poll_multishot(sqe, w->raft_fd, POLLIN);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_RAFT, 0, 0));
 }
 
 static void arm_wake(struct tk_worker *w)
 {
-    struct io_uring_sqe *sqe = worker_sqe(w);
+    struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
     io_uring_prep_read(sqe, w->wake.fd, &w->wake_buf, sizeof(w->wake_buf), 0);
     io_uring_sqe_set_data64(sqe, tk_ud(OP_WAKE, 0, 0));
 }
@@ -198,8 +187,9 @@ static void handle_cqe(struct tk_worker *w, struct io_uring_cqe *cqe)
 static uint64_t next_deadline(struct tk_worker *w)
 {
     uint64_t t = tk_shard_deadline(w->shard);
-    if (w->hs_len > 0)
-        t = TK_MIN(t, w->hs[w->hs_head].at_us);
+    uint64_t hs_at;
+    if (tk_deadlines_next(&w->hs, &hs_at))
+        t = TK_MIN(t, hs_at);
     if (!w->accept.armed)
         t = TK_MIN(t, w->accept.retry_at_us);
     return TK_MIN(t, w->now_us + 100000u); /* wake at least every 100 ms */
@@ -266,14 +256,14 @@ static int setup_ring(struct tk_worker *w)
         return TK_EUNSUPPORTED;
     }
     /* Provided buffer ring (liburing 2.3 has no io_uring_setup_buf_ring). */
-    size_t br_bytes = TK_WORKER_BUF_COUNT * sizeof(struct io_uring_buf);
+    size_t br_bytes = TK_BUFRING_COUNT * sizeof(struct io_uring_buf);
     void *brmem = NULL;
     TK_ASSERT(posix_memalign(&brmem, 4096, br_bytes) == 0);
     w->br = brmem;
-    w->bufs = malloc((size_t)TK_WORKER_BUF_COUNT * TK_WORKER_BUF_SIZE);
+    w->bufs = malloc((size_t)TK_BUFRING_COUNT * TK_BUFRING_SIZE);
     TK_ASSERT(w->bufs != NULL);
     struct io_uring_buf_reg reg = {
-        .ring_addr = (uint64_t)(uintptr_t)w->br, .ring_entries = TK_WORKER_BUF_COUNT, .bgid = 0};
+        .ring_addr = (uint64_t)(uintptr_t)w->br, .ring_entries = TK_BUFRING_COUNT, .bgid = 0};
     rc = io_uring_register_buf_ring(&w->ring, &reg, 0);
     if (rc < 0) {
         tk_log(TK_LOG_ERROR, "worker %u: provided buffer rings unsupported by this kernel: %s",
@@ -281,11 +271,11 @@ static int setup_ring(struct tk_worker *w)
         return TK_EUNSUPPORTED;
     }
     io_uring_buf_ring_init(w->br);
-    int mask = io_uring_buf_ring_mask(TK_WORKER_BUF_COUNT);
-    for (uint32_t i = 0; i < TK_WORKER_BUF_COUNT; i++)
-        io_uring_buf_ring_add(w->br, w->bufs + (size_t)i * TK_WORKER_BUF_SIZE, TK_WORKER_BUF_SIZE,
+    int mask = io_uring_buf_ring_mask(TK_BUFRING_COUNT);
+    for (uint32_t i = 0; i < TK_BUFRING_COUNT; i++)
+        io_uring_buf_ring_add(w->br, w->bufs + (size_t)i * TK_BUFRING_SIZE, TK_BUFRING_SIZE,
                               (unsigned short)i, mask, (int)i);
-    io_uring_buf_ring_advance(w->br, TK_WORKER_BUF_COUNT);
+    io_uring_buf_ring_advance(w->br, TK_BUFRING_COUNT);
     return TK_OK;
 }
 
@@ -297,7 +287,7 @@ static void begin_stop(struct tk_worker *w)
             conn_close(w, c);
     }
     if (w->accept.armed) {
-        struct io_uring_sqe *sqe = worker_sqe(w);
+        struct io_uring_sqe *sqe = tk_uring_sqe(&w->ring);
         io_uring_prep_cancel64(sqe, tk_ud(OP_ACCEPT, 0, 0), 0);
         io_uring_sqe_set_data64(sqe, tk_ud(OP_CANCEL, 0xffffff, 0));
     }
@@ -382,8 +372,7 @@ static void *worker_main(void *arg)
     io_uring_queue_exit(&w->ring);
     free(w->bufs);
     free(w->br);
-    conn_tls_thread_end();
-    return NULL;
+    return NULL; /* what TLS kept for this thread goes now (tk_stream_tls_thread) */
 }
 
 /* ------------------------------------------------------------------ */
@@ -401,9 +390,7 @@ int tk_worker_create(struct tk_server *s, uint32_t idx)
     uint32_t n = s->opt.max_connections;
     w->conns = calloc(n, sizeof(*w->conns));
     w->free_slots = malloc(n * sizeof(*w->free_slots));
-    w->hs_cap = n;
-    w->hs = malloc(n * sizeof(*w->hs));
-    if (!w->conns || !w->free_slots || !w->hs)
+    if (!w->conns || !w->free_slots || conn_deadlines_init(w, n) != TK_OK)
         return TK_ENOMEM;
     w->nconns_alloc = n;
     for (uint32_t i = 0; i < n; i++)
@@ -418,6 +405,9 @@ int tk_worker_create(struct tk_server *s, uint32_t idx)
     if (tk_ring_init(&w->from_raft, ring_bytes) != TK_OK ||
         tk_ring_init(&w->to_raft_ring, ring_bytes) != TK_OK)
         return TK_ENOMEM;
+    s->from_raft[idx] = &w->from_raft; /* published for the Raft thread */
+    s->to_raft[idx] = &w->to_raft_ring;
+    s->worker_wake[idx] = &w->wake;
     uint32_t nw = s->nworkers;
     struct tk_shard_options so = {
         .idx = idx,
@@ -492,7 +482,7 @@ void tk_worker_destroy(struct tk_server *s, uint32_t idx)
         conn_free_all(w);
     free(w->conns);
     free(w->free_slots);
-    free(w->hs);
+    tk_deadlines_free(&w->hs);
     for (uint32_t j = 0; j < s->nworkers; j++) {
         if (j != idx)
             tk_ring_free(&w->inbox[j]);
@@ -505,19 +495,4 @@ void tk_worker_destroy(struct tk_server *s, uint32_t idx)
     tk_shard_destroy(w->shard);
     free(w);
     s->workers[idx] = NULL;
-}
-
-struct tk_ring *tk_worker_inbox_from_raft(struct tk_server *s, uint32_t idx)
-{
-    return &s->workers[idx]->from_raft;
-}
-
-struct tk_ring *tk_worker_outbox_to_raft(struct tk_server *s, uint32_t idx)
-{
-    return &s->workers[idx]->to_raft_ring;
-}
-
-struct tk_wake *tk_worker_wake(struct tk_server *s, uint32_t idx)
-{
-    return &s->workers[idx]->wake;
 }

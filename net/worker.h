@@ -8,29 +8,18 @@
 #include <pthread.h>
 
 #include "core/auth.h"
+#include "core/handshake.h"
 #include "core/proto.h"
 #include "core/tls.h"
 #include "net/server.h"
+#include "net/stream.h"
+#include "net/uring.h"
 #include "shard/shard.h"
 
-#define TK_WORKER_BUF_COUNT 512 /* provided recv buffers; power of two */
-#define TK_WORKER_BUF_SIZE 8192
-
-enum tk_op { OP_ACCEPT = 1, OP_RECV, OP_SEND, OP_WAKE, OP_CANCEL, OP_POLL, OP_RAFT };
 enum conn_state { CONN_FREE, CONN_HANDSHAKE, CONN_READY, CONN_CLOSING };
 
-static inline uint64_t tk_ud(enum tk_op op, uint32_t slot, uint32_t gen)
-{
-    return tk_ref_pack(op, slot, gen);
-}
-
-struct buf {
-    char *p;
-    uint32_t len, cap;
-};
-
 struct conn {
-    int fd;
+    struct tk_stream st; /* the socket, TLS and buffers (net/stream.h) */
     uint32_t slot, gen;
     uint8_t state;
     bool recv_armed;   /* a multishot recv is outstanding */
@@ -42,18 +31,8 @@ struct conn {
     bool dirty;         /* on the worker's flush list */
     bool resume;        /* on the worker's resume list */
     uint32_t inflight;  /* requests without a reply yet */
-    struct tk_tls *tls; /* TLS on the client port, else NULL (net/conn.c) */
-    char snonce[TK_AUTH_HEX_LEN + 1];
-    struct buf in;  /* received plaintext, not yet parsed */
-    struct buf out; /* formatted plaintext, not yet handed to the kernel (or TLS) */
-    struct buf snd; /* bytes being sent (ciphertext with TLS); snd_off bytes done */
-    uint32_t snd_off;
     struct conn *next_dirty, *next_resume;
-};
-
-struct hs_deadline {
-    uint32_t slot, gen;
-    uint64_t at_us;
+    struct tk_hs hs; /* CONN_HANDSHAKE: SPEC 2 (core/handshake.h); last, off the hot lines */
 };
 
 struct tk_worker {
@@ -74,9 +53,8 @@ struct tk_worker {
     uint32_t nconns_alloc;
     uint32_t *free_slots;
     uint32_t nfree;
-    struct hs_deadline *hs; /* FIFO of handshake deadlines (accept order) */
-    uint32_t hs_head, hs_len, hs_cap;
-    uint32_t handshaking; /* connections in CONN_HANDSHAKE */
+    struct tk_deadlines hs; /* handshake deadlines (accept order) */
+    uint32_t handshaking;   /* connections in CONN_HANDSHAKE */
     struct conn *dirty, *resume;
 
     /* Rings: inbox[j] is written by worker j (j != idx); from_raft by raft. */
@@ -95,8 +73,7 @@ struct tk_worker {
     uint64_t stats_at;
     /* TLS failures are logged at most TLS_LOG_PER_SEC a second (a scan of
      * the port must not flood the log); the counter has them all. */
-    uint64_t tls_log_window_us;
-    uint32_t tls_logged, tls_unlogged;
+    struct tk_stream_log tls_log;
     uint64_t stat[TK_WSTAT_COUNT];
 };
 
@@ -115,10 +92,9 @@ void conn_close(struct tk_worker *w, struct conn *c);
 void conn_flush_round(struct tk_worker *w);
 void conn_flush_sends(struct tk_worker *w);
 void conn_expire_handshakes(struct tk_worker *w);
+/* The handshake deadlines of n connection slots (w->hs). */
+int conn_deadlines_init(struct tk_worker *w, uint32_t n);
 void conn_resume_all(struct tk_worker *w);
 void conn_free_all(struct tk_worker *w);
-/* Frees what TLS keeps per thread; the worker's last call. */
-void conn_tls_thread_end(void);
-struct io_uring_sqe *worker_sqe(struct tk_worker *w);
 
 #endif

@@ -7,10 +7,11 @@
  *   tk_proto_parse_auth - what the client port reads;
  *   tk_proto_parse_peer_auth - what the peer port reads (TICKETING-PEER/2);
  *   tk_proto_parse_ok - what a client or a peer reads back;
- * and then through the peer handshake's state machine (core/handshake.c)
- * in each state that reads a line: a dialler waiting for the banner, a
- * dialler waiting for OK, a listener waiting for AUTH, the whole input
- * also fed in order to one dialler and one listener.
+ * and then through the handshake's state machine (core/handshake.c), both
+ * variants (the client port's and the peer port's), in each state that
+ * reads a line: a dialler waiting for the banner, a dialler waiting for
+ * OK, a listener waiting for AUTH, the whole input also fed in order to
+ * one dialler and one listener of each variant.
  * Checked: accepted lines format back to exactly themselves (less a final
  * "\r") with tk_proto_fmt_banner/auth/ok; returned pointers lie inside the
  * line with their 64 hex chars; the proofs feed tk_auth_proof() and
@@ -68,7 +69,7 @@ static void one_line(const char *line, size_t len)
         FUZZ_CHECK(fuzz_inside(cproof, TK_AUTH_HEX_LEN, line, len));
         FUZZ_CHECK(is_hex64(cnonce) && is_hex64(cproof));
         same_line(out, tk_proto_fmt_auth(out, sizeof(out), cnonce, cproof), line, len);
-        /* net/conn.c handle_auth_line(): proof check, then the server proof. */
+        /* The proofs a client-port listener checks and makes. */
         tk_auth_proof(SECRET, sizeof(SECRET) - 1, false, cnonce, cnonce, proof);
         (void)tk_auth_equal(proof, cproof, TK_AUTH_HEX_LEN);
         tk_auth_proof(SECRET, sizeof(SECRET) - 1, true, cnonce, cnonce, proof);
@@ -120,34 +121,50 @@ static void hs_step(struct tk_hs *h, const char *line, size_t len)
 
 #define HEX_Z "0000000000000000000000000000000000000000000000000000000000000000"
 
-static void hs_fresh(struct tk_hs *dial_banner, struct tk_hs *dial_ok, struct tk_hs *listen)
+/* The three states of one variant (client: the client port's). */
+static void hs_fresh(struct tk_hs *dial_banner,
+                     struct tk_hs *dial_ok,
+                     struct tk_hs *listen,
+                     bool client)
 {
     char out[TK_HS_LINE_MAX];
     size_t n;
-    static const char banner[] = "TICKETING-PEER/2 " HEX_Z;
-    tk_hs_dial(dial_banner, SECRET, sizeof(SECRET) - 1, "node-1:7401", HEX_Z);
-    tk_hs_dial(dial_ok, SECRET, sizeof(SECRET) - 1, "node-1:7401", HEX_Z);
-    tk_hs_line(dial_ok, banner, sizeof(banner) - 1, out, sizeof(out), &n);
+    static const char peer_banner[] = "TICKETING-PEER/2 " HEX_Z;
+    static const char client_banner[] = "TICKETING/1 " HEX_Z;
+    if (client) {
+        tk_hs_client_dial(dial_banner, SECRET, sizeof(SECRET) - 1, HEX_Z);
+        tk_hs_client_dial(dial_ok, SECRET, sizeof(SECRET) - 1, HEX_Z);
+        tk_hs_line(dial_ok, client_banner, sizeof(client_banner) - 1, out, sizeof(out), &n);
+        tk_hs_client_listen(listen, SECRET, sizeof(SECRET) - 1, HEX_Z, out, sizeof(out));
+    } else {
+        tk_hs_dial(dial_banner, SECRET, sizeof(SECRET) - 1, "node-1:7401", HEX_Z);
+        tk_hs_dial(dial_ok, SECRET, sizeof(SECRET) - 1, "node-1:7401", HEX_Z);
+        tk_hs_line(dial_ok, peer_banner, sizeof(peer_banner) - 1, out, sizeof(out), &n);
+        tk_hs_listen(listen, SECRET, sizeof(SECRET) - 1, "node-1:7401", HEX_Z, out, sizeof(out));
+    }
     FUZZ_CHECK(dial_ok->state == TK_HS_OK);
-    tk_hs_listen(listen, SECRET, sizeof(SECRET) - 1, "node-1:7401", HEX_Z, out, sizeof(out));
+    FUZZ_CHECK(dial_banner->client == client && listen->client == client);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct tk_hs dialler, listener, d, o, l;
-    hs_fresh(&dialler, &o, &listener);
+    struct tk_hs dialler[2], listener[2], d, o, l;
+    for (int v = 0; v <= 1; v++)
+        hs_fresh(&dialler[v], &o, &listener[v], v);
     size_t pos = 0;
     while (pos <= size) {
         const uint8_t *nl = pos < size ? memchr(data + pos, '\n', size - pos) : NULL;
         size_t len = nl != NULL ? (size_t)(nl - (data + pos)) : size - pos;
         char *line = fuzz_dup(data + pos, len);
         one_line(line, len);
-        hs_fresh(&d, &o, &l); /* this line alone, in each state */
-        hs_step(&d, line, len);
-        hs_step(&o, line, len);
-        hs_step(&l, line, len);
-        hs_step(&dialler, line, len); /* and the input in order */
-        hs_step(&listener, line, len);
+        for (int v = 0; v <= 1; v++) {
+            hs_fresh(&d, &o, &l, v); /* this line alone, in each state */
+            hs_step(&d, line, len);
+            hs_step(&o, line, len);
+            hs_step(&l, line, len);
+            hs_step(&dialler[v], line, len); /* and the input in order */
+            hs_step(&listener[v], line, len);
+        }
         free(line);
         pos += len + 1;
     }

@@ -1,7 +1,11 @@
-/* core/handshake.c: the peer handshake (TICKETING-PEER/2) between two
- * state machines in memory, one line at a time, and every refusal: a
- * relayed AUTH, another secret, another TLS session, the earlier protocol,
- * a client port, forged answers. */
+/* core/handshake.c: both variants of the SPEC 2 handshake between two
+ * state machines in memory, one line at a time, and every refusal. The
+ * peer port (TICKETING-PEER/2): a relayed AUTH, another secret, another
+ * TLS session, the earlier protocol, a client port, forged answers. The
+ * client port (TICKETING/1): lines and proofs exactly as SPEC 2 writes
+ * them (checked against tk_auth_proof), a malformed AUTH, another secret
+ * either way, a peer port, an E before the banner, a refusal and a
+ * malformed answer. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <string.h>
@@ -212,7 +216,7 @@ Test(handshake, every_failure_is_named)
     for (int f = TK_HS_E_BANNER; f < TK_HS_FAIL_COUNT; f++) {
         h.fail = (uint8_t)f;
         const char *why = tk_hs_why(&h);
-        cr_assert_gt(strlen(why), 10, "failure %d", f);
+        cr_assert_gt(strlen(why), 8, "failure %d", f);
         for (int g = TK_HS_E_BANNER; g < f; g++) {
             struct tk_hs o = {.fail = (uint8_t)g};
             cr_assert_str_neq(why, tk_hs_why(&o));
@@ -250,4 +254,195 @@ Test(handshake, a_mac_before_the_end_is_a_bug, .signal = SIGABRT)
     uint8_t m[TK_AUTH_MAC_LEN];
     tk_hs_dial(&h, SECRET, sizeof SECRET - 1, "a:1", CN);
     tk_hs_mac(&h, "remove", "x", 1, m);
+}
+
+/* ---- the client port (TICKETING/1) ---------------------------------- */
+
+static const uint8_t CSECRET[] = "client secret of the test cluster";
+
+/* A server and a client of the client port, the client with dsecret. */
+static void crun(struct pair *p, const uint8_t *dsecret)
+{
+    memset(p, 0, sizeof *p);
+    p->banner_len = tk_hs_client_listen(&p->listener, CSECRET, sizeof CSECRET - 1, SN, p->banner,
+                                        sizeof p->banner);
+    p->listener.node_id = 0x1122334455667788ull;
+    p->listener.domain[0] = 7;
+    p->listener.domain[1] = 9;
+    cr_assert_gt(p->banner_len, 1);
+    tk_hs_client_dial(&p->dialler, dsecret, strlen((const char *)dsecret), CN);
+}
+
+/* One line into h; returns its state. */
+static enum tk_hs_state cline(struct tk_hs *h, const char *line)
+{
+    char out[TK_HS_LINE_MAX];
+    size_t n;
+    return tk_hs_line(h, line, strlen(line), out, sizeof out, &n);
+}
+
+Test(handshake_client, the_lines_and_proofs_are_spec_2s)
+{
+    struct pair p;
+    crun(&p, CSECRET);
+    cr_assert(memcmp(p.banner, "TICKETING/1 " SN "\n", p.banner_len) == 0);
+    talk(&p);
+    cr_assert_eq(p.listener.state, TK_HS_DONE);
+    cr_assert_eq(p.dialler.state, TK_HS_DONE);
+    char cproof[TK_AUTH_HEX_LEN + 1], sproof[TK_AUTH_HEX_LEN + 1];
+    tk_auth_proof(CSECRET, sizeof CSECRET - 1, false, SN, CN, cproof);
+    tk_auth_proof(CSECRET, sizeof CSECRET - 1, true, SN, CN, sproof);
+    char want[TK_HS_LINE_MAX];
+    size_t n = tk_proto_fmt_auth(want, sizeof want, CN, cproof);
+    cr_assert_eq(p.auth_len, n);
+    cr_assert(memcmp(p.auth, want, n) == 0);
+    uint64_t dom[2] = {7, 9};
+    n = tk_proto_fmt_ok(want, sizeof want, sproof, 0x1122334455667788ull, dom);
+    cr_assert_eq(p.ok_len, n);
+    cr_assert(memcmp(p.ok, want, n) == 0);
+    cr_assert_eq(p.dialler.node_id, 0x1122334455667788ull);
+    cr_assert_eq(p.dialler.domain[1], 9);
+}
+
+Test(handshake_client, a_final_cr_is_tolerated)
+{
+    struct pair p;
+    crun(&p, CSECRET);
+    char line[TK_HS_LINE_MAX + 1];
+    memcpy(line, p.banner, p.banner_len - 1);
+    memcpy(line + p.banner_len - 1, "\r", 2);
+    cr_assert_eq(cline(&p.dialler, line), TK_HS_OK);
+}
+
+Test(handshake_client, a_malformed_auth_is_refused_and_told)
+{
+    static const char *const bad[] = {
+        "AUTH " CN,
+        "AUTH " CN " " SN " 127.0.0.1:7401", /* a peer's AUTH on the client port */
+        "HELLO",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct pair p;
+        crun(&p, CSECRET);
+        cr_assert_eq(cline(&p.listener, bad[i]), TK_HS_FAILED, "%s", bad[i]);
+        cr_assert_eq(p.listener.fail, TK_HS_E_AUTH_LINE);
+        cr_assert(p.listener.tell);
+        cr_assert_str_eq(tk_hs_why(&p.listener), "malformed AUTH line");
+    }
+}
+
+Test(handshake_client, another_secret_is_refused_both_ways)
+{
+    struct pair p;
+    crun(&p, (const uint8_t *)"not the client secret at all");
+    talk(&p);
+    cr_assert_eq(p.listener.state, TK_HS_FAILED);
+    cr_assert_eq(p.listener.fail, TK_HS_E_CLIENT_PROOF);
+    cr_assert(p.listener.tell);
+    cr_assert_str_eq(tk_hs_why(&p.listener), "bad proof");
+
+    /* A server without our secret: its OK is not believed. */
+    struct pair q;
+    crun(&q, CSECRET);
+    struct tk_hs fake;
+    char banner[TK_HS_LINE_MAX];
+    static const uint8_t other[] = "a server that does not know it";
+    tk_hs_client_listen(&fake, other, sizeof other - 1, SN, banner, sizeof banner);
+    q.listener = fake;
+    talk(&q);
+    cr_assert_eq(q.listener.state, TK_HS_FAILED); /* it refuses our proof */
+    char sproof[TK_AUTH_HEX_LEN + 1], ok[TK_HS_LINE_MAX];
+    tk_auth_proof(other, sizeof other - 1, true, SN, CN, sproof);
+    uint64_t dom[2] = {1, 2};
+    size_t n = tk_proto_fmt_ok(ok, sizeof ok, sproof, 5, dom);
+    ok[n - 1] = '\0';
+    cr_assert_eq(cline(&q.dialler, ok), TK_HS_FAILED);
+    cr_assert_eq(q.dialler.fail, TK_HS_E_SERVER_PROOF);
+    cr_assert_str_eq(tk_hs_why(&q.dialler), "wrong server proof");
+    cr_assert_eq(q.dialler.node_id, 0); /* nothing it said was taken */
+}
+
+Test(handshake_client, a_peer_port_or_another_service_is_not_a_client_port)
+{
+    static const char *const bad[] = {"TICKETING-PEER/2 " SN, "TICKETING-PEER/1 " SN,
+                                      "TICKETING/2 " SN, "SSH-2.0-OpenSSH_9.2", "E"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct pair p;
+        crun(&p, CSECRET);
+        cr_assert_eq(cline(&p.dialler, bad[i]), TK_HS_FAILED, "%s", bad[i]);
+        cr_assert_eq(p.dialler.fail, TK_HS_E_CLIENT_BANNER, "%s", bad[i]);
+        cr_assert(!p.dialler.tell);
+        cr_assert_str_eq(tk_hs_why(&p.dialler), "not a Ticketing client port");
+    }
+}
+
+Test(handshake_client, an_e_before_the_banner_is_a_refusal)
+{
+    struct pair p;
+    crun(&p, CSECRET);
+    cr_assert_eq(cline(&p.dialler, "E - overload"), TK_HS_FAILED);
+    cr_assert_eq(p.dialler.fail, TK_HS_E_EARLY_E);
+    cr_assert_str_eq(tk_hs_why(&p.dialler), "refused (E before the banner)");
+}
+
+Test(handshake_client, a_refusal_and_a_malformed_answer_are_told_apart)
+{
+    static const char *const answers[] = {"E - auth", "E - auth ", "E - overload", "OK nope", ""};
+    static const uint8_t want[] = {TK_HS_E_AUTH_REFUSED, TK_HS_E_ANSWER, TK_HS_E_ANSWER,
+                                   TK_HS_E_ANSWER, TK_HS_E_ANSWER};
+    for (size_t i = 0; i < sizeof answers / sizeof answers[0]; i++) {
+        struct pair p;
+        crun(&p, CSECRET);
+        cr_assert_eq(cline(&p.dialler, "TICKETING/1 " SN), TK_HS_OK);
+        cr_assert_eq(cline(&p.dialler, answers[i]), TK_HS_FAILED);
+        cr_assert_eq(p.dialler.fail, want[i], "%s", answers[i]);
+    }
+    struct pair p;
+    crun(&p, CSECRET);
+    cline(&p.dialler, "TICKETING/1 " SN);
+    cline(&p.dialler, "E - auth");
+    cr_assert_str_eq(tk_hs_why(&p.dialler), "authentication refused");
+    crun(&p, CSECRET);
+    cline(&p.dialler, "TICKETING/1 " SN);
+    cline(&p.dialler, "OK nope");
+    cr_assert_str_eq(tk_hs_why(&p.dialler), "bad handshake answer");
+}
+
+Test(handshake_client, the_two_variants_do_not_mix)
+{
+    /* A peer dialler's proof on the client port, with the same secret:
+     * another label, so refused even with the right secret. */
+    struct tk_hs peer, server;
+    char line[TK_HS_LINE_MAX], banner[TK_HS_LINE_MAX];
+    size_t n;
+    tk_hs_client_listen(&server, CSECRET, sizeof CSECRET - 1, SN, banner, sizeof banner);
+    tk_hs_dial(&peer, CSECRET, sizeof CSECRET - 1, "127.0.0.1:7401", CN);
+    tk_hs_line(&peer, "TICKETING-PEER/2 " SN, strlen("TICKETING-PEER/2 " SN), line, sizeof line,
+               &n);
+    const char *cn, *cp, *to;
+    size_t to_len;
+    cr_assert(tk_proto_parse_peer_auth(line, n - 1, &cn, &cp, &to, &to_len));
+    char auth[TK_HS_LINE_MAX];
+    n = tk_proto_fmt_auth(auth, sizeof auth, cn, cp);
+    auth[n - 1] = '\0';
+    cr_assert_eq(cline(&server, auth), TK_HS_FAILED);
+    cr_assert_eq(server.fail, TK_HS_E_CLIENT_PROOF);
+}
+
+Test(handshake_client, a_mac_on_the_client_port_is_a_bug, .signal = SIGABRT)
+{
+    struct pair p;
+    crun(&p, CSECRET);
+    talk(&p);
+    uint8_t m[TK_AUTH_MAC_LEN];
+    tk_hs_mac(&p.dialler, "remove", "x", 1, m);
+}
+
+Test(handshake_client, a_channel_binding_on_the_client_port_is_a_bug, .signal = SIGABRT)
+{
+    struct tk_hs h;
+    uint8_t b[TK_AUTH_MAC_LEN] = {0};
+    tk_hs_client_dial(&h, CSECRET, sizeof CSECRET - 1, CN);
+    tk_hs_bind(&h, b);
 }
