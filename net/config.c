@@ -361,17 +361,6 @@ int tk_options_parse(struct tk_options *o, int argc, char **argv, char *err, siz
     return tls_check(o, err, errlen);
 }
 
-int tk_addr_split(const char *addr, char *host, size_t hostlen, uint32_t *port)
-{
-    struct tk_addr a;
-    const char *why;
-    if (tk_addr_parse(addr, strlen(addr), &a, &why) != TK_OK || strlen(a.host) >= hostlen)
-        return TK_EINVAL;
-    memcpy(host, a.host, strlen(a.host) + 1);
-    *port = a.port;
-    return TK_OK;
-}
-
 /* ------------------------------------------------------------------ */
 /* Usable CPUs                                                         */
 

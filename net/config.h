@@ -55,11 +55,6 @@ struct tk_options {
  * 1 if --help was printed, or -1 with a message in err. */
 int tk_options_parse(struct tk_options *o, int argc, char **argv, char *err, size_t errlen);
 
-/* Splits "host:port" or "[v6]:port" (core/addr.h's forms) into the host,
- * without brackets, and the port. Returns TK_OK or TK_EINVAL. Kept for
- * net/peer.c's callers; new code calls tk_addr_parse() itself. */
-int tk_addr_split(const char *addr, char *host, size_t hostlen, uint32_t *port);
-
 /* Reads a small file (/proc, /sys) into buf, NUL-terminated; false if it
  * is missing, unreadable or empty. */
 bool tk_read_small(const char *path, char *buf, size_t cap);

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/addr.h"
 #include "core/auth.h"
 #include "core/tls.h"
 #include "net/peer_int.h"
@@ -202,12 +203,14 @@ static void dial(struct tk_peers *p, struct tk_plink *l)
 {
     TK_ASSERT(l->outbound && l->state == L_IDLE);
     p->st.dials++;
-    char host[TK_ADDR_MAX];
-    uint32_t port;
-    if (tk_addr_split(l->addr, host, sizeof(host), &port) != TK_OK) {
+    struct tk_addr a;
+    const char *why;
+    if (tk_addr_parse(l->addr, strlen(l->addr), &a, &why) != TK_OK) {
         peer_retry_later(l);
         return;
     }
+    const char *host = a.host;
+    uint32_t port = a.port;
     if (tk_resolve_numeric(host, port, &l->sa, &l->salen)) {
         connect_start(p, l);
         return;

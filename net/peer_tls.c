@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "core/addr.h"
 #include "core/proto.h"
 #include "core/tls.h"
 #include "net/peer_int.h"
@@ -48,11 +49,11 @@ void peer_tls_failed(struct tk_peers *p, struct tk_plink *l, const char *why)
  * skipped: members dialled by IP need an IP SAN, as with any TLS client. */
 static void tls_name(const char *addr, char *out, size_t cap)
 {
-    char host[TK_ADDR_MAX];
-    uint32_t port;
-    if (tk_addr_split(addr, host, sizeof(host), &port) != TK_OK)
-        snprintf(host, sizeof(host), "%s", addr);
-    tk_tls_host_name(host, out, cap);
+    struct tk_addr a;
+    const char *why;
+    if (tk_addr_parse(addr, strlen(addr), &a, &why) != TK_OK)
+        snprintf(a.host, sizeof(a.host), "%s", addr);
+    tk_tls_host_name(a.host, out, cap);
 }
 
 /* Gives a link whose socket just connected (or was accepted) its TLS
