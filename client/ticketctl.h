@@ -6,13 +6,13 @@
 #ifndef TK_TICKETCTL_H
 #define TK_TICKETCTL_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "core/addr.h"
-#include <jansson.h>
 
 enum {
     CTL_EXIT_OK = 0,
