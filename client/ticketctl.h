@@ -11,8 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/addr.h"
 #include <jansson.h>
+#include "core/addr.h"
 
 enum {
     CTL_EXIT_OK = 0,
