@@ -26,6 +26,7 @@
  * be retried elsewhere.
  */
 #include "client/internal.h"
+#include "client/stream.h"
 #include "core/addr.h"
 #include "core/tls.h"
 
@@ -39,12 +40,6 @@
 #include <unistd.h>
 
 #include "core/proto.h"
-
-#define CONN_KEEPIDLE_S 10
-#define CONN_KEEPINTVL_S 3
-#define CONN_KEEPCNT 3
-#define TLS_RECORD_ALERT 0x15
-#define TLS_RECORD_HANDSHAKE 0x16
 
 /* ---- addresses ---------------------------------------------------------- */
 
@@ -189,11 +184,11 @@ static void conn_teardown(struct cl_conn *k)
 /* Closes the connection and schedules the next attempt. record: a failure
  * worth reporting through tk_client_last_error() (an M is not one).
  * tls_refused: a TLS configuration error (see the top of this file). */
-static void conn_down(struct cl_conn *k,
-                      const char *why,
-                      bool record,
-                      bool tls_refused,
-                      uint64_t now_us)
+void cl_conn_down(struct cl_conn *k,
+                  const char *why,
+                  bool record,
+                  bool tls_refused,
+                  uint64_t now_us)
 {
     struct tk_client *c = k->client;
     bool was_ready = k->state == CL_CONN_READY;
@@ -232,7 +227,7 @@ static void conn_down(struct cl_conn *k,
 
 void cl_conn_fail(struct cl_conn *k, const char *why, uint64_t now_us)
 {
-    conn_down(k, why, true, false, now_us);
+    cl_conn_down(k, why, true, false, now_us);
 }
 
 bool cl_conns_tls_refused(const struct tk_client *c)
@@ -253,7 +248,7 @@ bool cl_conns_tls_refused(const struct tk_client *c)
  * fix it: the CA file and the name checked when the server's certificate
  * was refused, a hint about client certificates when the server hung up
  * on ours (or on its absence). */
-static void conn_fail_tls(struct cl_conn *k, int rc, uint64_t now_us)
+void cl_conn_fail_tls(struct cl_conn *k, int rc, uint64_t now_us)
 {
     struct tk_client *c = k->client;
     char why[4 * TK_TLS_ERR_MAX]; /* cut to CL_ERR_MAX when recorded */
@@ -279,7 +274,7 @@ static void conn_fail_tls(struct cl_conn *k, int rc, uint64_t now_us)
                  err);
     else
         snprintf(why, sizeof why, "%s (the server may have refused our client certificate)", err);
-    conn_down(k, why, true, rc == TK_EAUTH, now_us);
+    cl_conn_down(k, why, true, rc == TK_EAUTH, now_us);
 }
 
 void cl_conn_retire(struct cl_conn *k, uint64_t now_us)
@@ -315,7 +310,7 @@ static void conn_connected(struct cl_conn *k, uint64_t now_us)
     size_t got;
     int rc = tk_tls_read(k->tls, none, 0, &got);
     if (rc != TK_OK) {
-        conn_fail_tls(k, rc, now_us);
+        cl_conn_fail_tls(k, rc, now_us);
         return;
     }
     conn_arm(k, EPOLLIN);
@@ -324,21 +319,12 @@ static void conn_connected(struct cl_conn *k, uint64_t now_us)
 static void conn_connect(struct cl_conn *k, uint64_t now_us)
 {
     struct tk_client *c = k->client;
-    int one = 1;
-    int idle = CONN_KEEPIDLE_S, intvl = CONN_KEEPINTVL_S, cnt = CONN_KEEPCNT;
     atomic_fetch_add_explicit(&c->st_connect_attempts, 1, memory_order_relaxed);
-    k->fd = socket(k->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    k->fd = cl_socket_open(k->sa.ss_family);
     if (k->fd < 0) {
         cl_conn_fail(k, strerror(errno), now_us);
         return;
     }
-    /* Small lines must leave at once; a dead peer must be noticed even when
-     * nothing is in flight. */
-    setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    setsockopt(k->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    setsockopt(k->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(k->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-    setsockopt(k->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
     if (connect(k->fd, (struct sockaddr *)&k->sa, k->sa_len) == 0) {
         conn_connected(k, now_us);
     } else if (errno == EINPROGRESS) {
@@ -426,7 +412,7 @@ uint64_t cl_conn_next_timer(const struct cl_conn *k)
 /* ---- output ------------------------------------------------------------------ */
 
 /* Room for one more line at the end of the buffer. */
-static char *conn_tail(struct cl_conn *k, size_t *cap)
+char *cl_conn_tail(struct cl_conn *k, size_t *cap)
 {
     if (k->whead > 0 && k->whead + k->wlen + TK_LINE_MAX > CL_WBUF_SIZE) {
         memmove(k->wbuf, k->wbuf + k->whead, k->wlen);
@@ -437,7 +423,7 @@ static char *conn_tail(struct cl_conn *k, size_t *cap)
     return k->wbuf + k->whead + k->wlen;
 }
 
-static void conn_append(struct cl_conn *k, size_t n)
+void cl_conn_append(struct cl_conn *k, size_t n)
 {
     TK_ASSERT(n > 0);
     k->wlen += n;
@@ -460,7 +446,7 @@ void cl_conn_queue(struct cl_conn *k, struct cl_req *r, uint64_t now_us)
     do { /* ids only grow on a connection; skip ids whose slot is taken */
         id = k->next_id++;
     } while (id == CL_PROBE_ID || k->slots[id & k->mask] != NULL);
-    char *p = conn_tail(k, &cap);
+    char *p = cl_conn_tail(k, &cap);
     switch (r->type) {
         case 'A': {
             /* The wait left of the caller's budget (seed: a request that
@@ -485,7 +471,7 @@ void cl_conn_queue(struct cl_conn *k, struct cl_req *r, uint64_t now_us)
             break;
     }
     r->stream_pos = k->out_appended;
-    conn_append(k, n);
+    cl_conn_append(k, n);
     r->wire = CL_WIRE_QUEUED;
     r->conn = k;
     r->wire_id = id;
@@ -572,7 +558,7 @@ static void conn_flush_tls(struct cl_conn *k, uint64_t now_us)
          * the moment the first byte left: a lease counted from it is safe. */
         uint64_t before_us = cl_now_us();
         if (tk_tls_write(k->tls, k->wbuf + k->whead, n) != TK_OK) {
-            conn_fail_tls(k, TK_EPROTO, now_us);
+            cl_conn_fail_tls(k, TK_EPROTO, now_us);
             return;
         }
         k->whead += n;
@@ -619,266 +605,12 @@ void cl_conn_flush(struct cl_conn *k, uint64_t now_us)
     conn_arm(k, EPOLLIN);
 }
 
-/* ---- input --------------------------------------------------------------------- */
-
-/* A line of the handshake (BANNER or AUTH), through core/handshake.c:
- * the AUTH answers the banner; the OK, once its server proof checked
- * out, is followed by the probe. */
-static void conn_on_handshake(struct cl_conn *k, const char *line, size_t len, uint64_t now_us)
-{
-    struct tk_client *c = k->client;
-    char out[TK_HS_LINE_MAX];
-    size_t n = 0, cap;
-    if (k->state == CL_CONN_BANNER) {
-        char cnonce[TK_AUTH_HEX_LEN + 1];
-        if (tk_auth_nonce(cnonce) != TK_OK) {
-            cl_conn_fail(k, "no random bytes for a nonce", now_us);
-            return;
-        }
-        tk_hs_client_dial(&k->hs, c->secret, c->secret_len, cnonce);
-    }
-    enum tk_hs_state st = tk_hs_line(&k->hs, line, len, out, sizeof out, &n);
-    if (st == TK_HS_FAILED) {
-        if (k->hs.fail == TK_HS_E_AUTH_REFUSED) {
-            atomic_fetch_add_explicit(&c->st_auth_failures, 1, memory_order_relaxed);
-            cl_log(c, 0, "%s refused our proof: is the client secret right?", k->addr);
-        } else if (k->hs.fail == TK_HS_E_SERVER_PROOF) {
-            /* Mutual authentication (SPEC 2): this peer does not know our
-             * secret, so nothing it says (an M included) is believed. */
-            atomic_fetch_add_explicit(&c->st_auth_failures, 1, memory_order_relaxed);
-            cl_log(c, 0, "%s sent a wrong server proof: not our cluster", k->addr);
-        }
-        cl_conn_fail(k, tk_hs_why(&k->hs), now_us);
-        return;
-    }
-    if (st == TK_HS_OK) {
-        char *p = conn_tail(k, &cap);
-        TK_ASSERT(cap >= n);
-        memcpy(p, out, n);
-        conn_append(k, n);
-        k->state = CL_CONN_AUTH; /* written by the loop's flush, after this batch of lines */
-        return;
-    }
-    TK_ASSERT(st == TK_HS_DONE);
-    atomic_fetch_add_explicit(&c->st_handshakes, 1, memory_order_relaxed);
-    char *p = conn_tail(k, &cap);
-    conn_append(k, tk_proto_fmt_ping(p, cap, CL_PROBE_ID));
-    k->probe_sent_us = now_us;
-    /* Not flushed here: an M that came in the same segment as the OK is
-     * still in rbuf and must be read (and believed) before a write to the
-     * closing socket can fail the connection. The loop flushes. */
-    k->state = CL_CONN_PROBE;
-}
-
-static void conn_on_probe(struct cl_conn *k, const struct tk_response *rsp, uint64_t now_us)
-{
-    struct tk_client *c = k->client;
-    if (rsp->type == 'P' && rsp->has_id && rsp->id == CL_PROBE_ID) {
-        k->state = CL_CONN_READY;
-        k->backoff_ms = c->cfg.backoff_min_ms; /* a good handshake resets the backoff */
-        cl_on_ready_change(c, 1);
-        cl_log(c, 2, "connected to %s (%s)", k->addr, k->extra ? "hinted leader" : "configured");
-        return;
-    }
-    cl_conn_fail(k, "unexpected answer to the probe", now_us);
-}
-
-static void conn_on_answer(struct cl_conn *k, const struct tk_response *rsp, uint64_t now_us)
-{
-    struct tk_client *c = k->client;
-    struct cl_req *r = k->slots[rsp->id & k->mask];
-    if (r == NULL || r->wire_id != rsp->id) {
-        /* A forgotten zombie's answer (its linger ended) or a server bug:
-         * nothing waits for it. */
-        cl_log(c, 3, "%s: answer for unknown id %llu ignored", k->addr,
-               (unsigned long long)rsp->id);
-        return;
-    }
-    if (r->wire != CL_WIRE_SENT || !cl_response_fits(r, rsp->type)) {
-        cl_conn_fail(k, "protocol: answer does not fit its request", now_us);
-        return;
-    }
-    cl_conn_drop_slot(k, r);
-    cl_on_response(c, r, rsp);
-}
-
-static void conn_line(struct cl_conn *k, const char *line, size_t len, uint64_t now_us)
-{
-    struct tk_response rsp;
-    if (k->state == CL_CONN_BANNER || k->state == CL_CONN_AUTH) {
-        conn_on_handshake(k, line, len, now_us);
-        return;
-    }
-    if (!tk_proto_parse_response(line, len, &rsp)) {
-        cl_conn_fail(k, "protocol: malformed line", now_us);
-        return;
-    }
-    if (rsp.type == 'M') {
-        cl_on_moved(k->client, rsp.text, rsp.text ? rsp.text_len : 0, now_us);
-        conn_down(k, "not the leader (M)", false, false, now_us);
-    } else if (!rsp.has_id) {
-        char why[64];
-        snprintf(why, sizeof why, "server closed: E - %.*s", (int)TK_MIN(rsp.text_len, 20u),
-                 rsp.text ? rsp.text : "");
-        cl_conn_fail(k, why, now_us);
-    } else if (k->state == CL_CONN_PROBE) {
-        conn_on_probe(k, &rsp, now_us);
-    } else {
-        conn_on_answer(k, &rsp, now_us);
-    }
-}
-
-/* Handles every complete line in rbuf; stops as soon as the connection
- * fails (its buffers are reset then). */
-static void conn_lines(struct cl_conn *k, uint64_t now_us)
-{
-    size_t off = 0;
-    while (k->fd >= 0) {
-        char *nl = memchr(k->rbuf + off, '\n', k->rlen - off);
-        if (nl == NULL)
-            break;
-        size_t len = (size_t)(nl - (k->rbuf + off));
-        if (len + 1 > TK_LINE_MAX) {
-            cl_conn_fail(k, "protocol: line too long", now_us);
-            return;
-        }
-        conn_line(k, k->rbuf + off, len, now_us);
-        off += len + 1;
-    }
-    if (k->fd < 0)
-        return;
-    memmove(k->rbuf, k->rbuf + off, k->rlen - off);
-    k->rlen -= off;
-    if (k->rlen >= TK_LINE_MAX)
-        cl_conn_fail(k, "protocol: line too long", now_us);
-}
-
-/* The first bytes of a TLS connection must open a handshake record. A
- * plaintext server greets with its banner; a TLS server that refuses our
- * hello answers with an alert. Either is named here, before core/tls.c
- * (whose own check speaks of plaintext clients, the server's case). */
-static bool conn_tls_first(struct cl_conn *k, const uint8_t *p, size_t n, uint64_t now_us)
-{
-    char why[CL_ERR_MAX];
-    k->tls_seen = true;
-    if (p[0] == TLS_RECORD_HANDSHAKE)
-        return true;
-    if (p[0] == TLS_RECORD_ALERT && n >= 7) {
-        unsigned desc = p[6];
-        const char *what = desc == 40    ? "handshake failure"
-                           : desc == 42  ? "bad certificate"
-                           : desc == 48  ? "unknown CA"
-                           : desc == 70  ? "protocol version"
-                           : desc == 112 ? "unrecognized name"
-                           : desc == 116 ? "certificate required"
-                                         : "see RFC 8446 section 6";
-        snprintf(why, sizeof why, "the server refused the TLS handshake (alert %u: %s)", desc,
-                 what);
-    } else {
-        char text[24];
-        size_t m = 0;
-        for (size_t i = 0; i < n && m < 20 && p[i] != '\n'; i++)
-            text[m++] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '.';
-        text[m] = '\0';
-        snprintf(why, sizeof why,
-                 "the server does not speak TLS: it answered in plaintext (\"%s...\"); "
-                 "enable TLS on it, or connect without tls_ca_file",
-                 text);
-    }
-    conn_down(k, why, true, true, now_us);
-    return false;
-}
-
-/* Ciphertext received: through TLS into rbuf, then the lines. */
-static void conn_tls_input(struct cl_conn *k, const uint8_t *p, size_t n, uint64_t now_us)
-{
-    if (!k->tls_seen && !conn_tls_first(k, p, n, now_us))
-        return;
-    int rc = tk_tls_feed(k->tls, p, n);
-    while (rc == TK_OK && k->fd >= 0) {
-        size_t got;
-        /* conn_lines leaves less than a line in rbuf: there is room. */
-        rc = tk_tls_read(k->tls, k->rbuf + k->rlen, CL_RBUF_SIZE - k->rlen, &got);
-        if (rc != TK_OK)
-            break;
-        if (k->state == CL_CONN_TLS && tk_tls_ready(k->tls)) {
-            k->state = CL_CONN_BANNER;
-            k->tls_refused = false;
-            cl_log(k->client, 3, "connection to %s: TLS handshake done", k->addr);
-        }
-        if (got == 0)
-            return;
-        k->rlen += got;
-        conn_lines(k, now_us);
-    }
-    if (k->fd < 0)
-        return;
-    if (rc == TK_ECLOSED)
-        cl_conn_fail(k, "closed by the server (TLS close_notify)", now_us);
-    else
-        conn_fail_tls(k, rc, now_us);
-}
-
-static void conn_read_tls(struct cl_conn *k, uint64_t now_us)
-{
-    uint8_t buf[CL_TLS_RECV_SIZE];
-    while (k->fd >= 0) {
-        ssize_t n = recv(k->fd, buf, sizeof buf, 0);
-        if (n > 0) {
-            k->got_bytes = true;
-            conn_tls_input(k, buf, (size_t)n, now_us);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
-        if (n == 0 && (k->state == CL_CONN_TLS || k->state == CL_CONN_BANNER)) {
-            /* Hung up before its banner: its TLS side may have refused us. */
-            conn_fail_tls(k, TK_ECLOSED, now_us);
-            return;
-        }
-        char why[128];
-        snprintf(why, sizeof why, "%s", n == 0 ? "closed by the server" : strerror(errno));
-        cl_conn_fail(k, why, now_us);
-        return;
-    }
-}
-
-static void conn_read(struct cl_conn *k, uint64_t now_us)
-{
-    if (k->tls != NULL) {
-        conn_read_tls(k, now_us);
-        return;
-    }
-    while (k->fd >= 0) {
-        ssize_t n = recv(k->fd, k->rbuf + k->rlen, CL_RBUF_SIZE - k->rlen, 0);
-        if (n > 0) {
-            k->got_bytes = true;
-            k->rlen += (size_t)n;
-            conn_lines(k, now_us);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
-        char why[128];
-        snprintf(why, sizeof why, "%s", n == 0 ? "closed by the server" : strerror(errno));
-        cl_conn_fail(k, why, now_us);
-        return;
-    }
-}
-
 void cl_conn_event(struct cl_conn *k, uint32_t events, uint64_t now_us)
 {
     if (k->fd < 0)
         return; /* closed earlier in this round */
     if (k->state == CL_CONN_CONNECTING) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        if (getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-            err = errno;
+        int err = cl_socket_error(k->fd);
         if (err != 0) {
             char why[128];
             snprintf(why, sizeof why, "connect: %s", strerror(err));
@@ -891,7 +623,7 @@ void cl_conn_event(struct cl_conn *k, uint32_t events, uint64_t now_us)
         return;
     }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
-        conn_read(k, now_us);
+        cl_conn_read(k, now_us);
     if (k->fd >= 0 && (events & EPOLLOUT))
         cl_conn_flush(k, now_us);
 }

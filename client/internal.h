@@ -1,7 +1,9 @@
 /* libticketing internals: the client object, its requests and connections,
  * shared by client.c (public calls, request pool), loop.c (the I/O thread:
- * timers, dispatch, outcomes), conn.c (one connection's life, TLS
- * included) and resolve.c (host names).
+ * timers, dispatch, outcomes), conn.c (one connection's life and output,
+ * TLS included), conn_read.c (its input: lines, the handshake, answers)
+ * and resolve.c (host names). stream.c (client/stream.h) holds the
+ * connection code they share with ticketctl.
  *
  * Ownership. Fields under "shared" are guarded by client->mu and touched by
  * API threads and the I/O thread alike; everything under "I/O thread" is
@@ -288,6 +290,24 @@ void cl_conn_drop_slot(struct cl_conn *k, struct cl_req *r);
 void cl_conn_lookup_done(struct cl_conn *k, const struct cl_lookup *l, uint64_t now_us);
 /* The I/O thread's TLS memory (wolfSSL's per-thread caches); called as it ends. */
 void cl_tls_thread_end(void);
+/* Between conn.c and conn_read.c. cl_conn_down closes the connection and
+ * schedules the next attempt (record: a failure for tk_client_last_error();
+ * tls_refused: a TLS configuration error); cl_conn_fail_tls does so with a
+ * sentence for a TLS failure (rc from core/tls.h); cl_conn_tail gives room
+ * for one more line at the end of wbuf, cl_conn_append counts the n bytes
+ * written there. */
+void cl_conn_down(struct cl_conn *k,
+                  const char *why,
+                  bool record,
+                  bool tls_refused,
+                  uint64_t now_us);
+void cl_conn_fail_tls(struct cl_conn *k, int rc, uint64_t now_us);
+char *cl_conn_tail(struct cl_conn *k, size_t *cap);
+void cl_conn_append(struct cl_conn *k, size_t n);
+
+/* conn_read.c */
+/* Reads what the socket holds and handles every complete line. */
+void cl_conn_read(struct cl_conn *k, uint64_t now_us);
 
 /* resolve.c */
 int cl_resolve_ask(struct tk_client *c, unsigned index, const char *host, const char *port);

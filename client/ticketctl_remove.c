@@ -19,18 +19,13 @@
  * given address tried in turn, all within --timeout.
  */
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "client/stream.h"
 #include "client/ticketctl.h"
 #include "client/ticketing.h"
 #include "core/auth.h"
@@ -44,7 +39,6 @@
 #define ADDR_CAP 256
 #define LINE_MAX_LEN 512   /* a handshake line; ours are under 400 bytes */
 #define IN_CAP (64u << 10) /* a JOIN_REPLY is under 350 bytes */
-#define TLS_RECORD_HANDSHAKE 0x16
 
 /* How one attempt (dial, handshake, REMOVE, answer) ended. */
 enum attempt {
@@ -64,18 +58,15 @@ struct rm {
     char id_text[17];
     uint8_t secret[TK_AUTH_SECRET_MAX];
     size_t secret_len;
-    uint64_t deadline_us;         /* the whole of --timeout */
-    uint64_t attempt_deadline_us; /* this attempt's share of it */
-    struct tk_tls_ctx *tls_ctx;   /* --tls-ca: the peer port runs TLS */
+    uint64_t deadline_us;       /* the whole of --timeout */
+    struct tk_tls_ctx *tls_ctx; /* --tls-ca: the peer port runs TLS */
     /* The given peer addresses, tried in turn. */
     char targets[TARGETS_MAX][ADDR_CAP];
     int ntargets;
     /* One attempt's connection. */
-    int fd;
-    struct tk_tls *tls;
+    struct cl_stream s;
     struct tk_hs hs;
-    uint8_t in[IN_CAP]; /* plaintext */
-    size_t in_len;
+    uint8_t in[IN_CAP];  /* plaintext: r->s's input */
     char next[ADDR_CAP]; /* NOT_LEADER: the leader's peer address, "" if unknown */
     uint64_t next_id;
     char why[768];      /* what went wrong last, for the final message */
@@ -115,12 +106,6 @@ static int ms_until(uint64_t deadline_us)
     return now >= deadline_us ? 0 : (int)((deadline_us - now + 999u) / 1000u);
 }
 
-/* Milliseconds left of this attempt (0 once it has passed). */
-static int left_ms(const struct rm *r)
-{
-    return ms_until(r->attempt_deadline_us);
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
@@ -128,158 +113,36 @@ static void sleep_ms(int ms)
     }
 }
 
-/* ---- a blocking-with-deadline TCP exchange, TLS or not ------------------------------ */
+/* ---- the connection: client/stream.h, with this command's sentences -------------- */
 
-static int dial(const struct rm *r, const char *host, unsigned port)
+/* What the stream said when TLS failed or met plaintext, into r->why. */
+static void stream_why(struct rm *r, const char *addr, int rc)
 {
-    char ps[8];
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    snprintf(ps, sizeof ps, "%u", port);
-    if (getaddrinfo(host, ps, &hints, &res) != 0 || res == NULL)
-        return -1;
-    int fd = -1;
-    for (struct addrinfo *a = res; a != NULL && fd < 0 && left_ms(r) > 0; a = a->ai_next) {
-        fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            continue;
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int err = 0;
-        socklen_t el = sizeof err;
-        if ((connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) ||
-            poll(&p, 1, left_ms(r)) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 ||
-            err != 0) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(res);
-    if (fd >= 0) {
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    }
-    return fd;
-}
-
-static bool send_raw(const struct rm *r, const void *buf, size_t n)
-{
-    const uint8_t *p = buf;
-    while (n > 0) {
-        struct pollfd pf = {.fd = r->fd, .events = POLLOUT};
-        int ms = left_ms(r);
-        if (ms == 0 || poll(&pf, 1, ms) != 1)
-            return false;
-        ssize_t w = send(r->fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (w <= 0)
-            return false;
-        p += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-/* Sends what TLS has pending (handshake messages, records). */
-static bool tls_flush(const struct rm *r)
-{
-    size_t n = 0;
-    const uint8_t *c = tk_tls_pending(r->tls, &n);
-    if (n == 0)
-        return true;
-    bool ok = send_raw(r, c, n);
-    tk_tls_sent(r->tls, n);
-    return ok;
-}
-
-static bool send_all(struct rm *r, const void *buf, size_t n)
-{
-    if (r->tls == NULL)
-        return send_raw(r, buf, n);
-    return tk_tls_write(r->tls, buf, n) == TK_OK && tls_flush(r);
-}
-
-/* Bytes received under TLS: plaintext into r->in, the handshake driven.
- * > 0 plaintext bytes, 0 none yet, -1 TLS failed or closed (r->why set). */
-static int tls_take(struct rm *r, const uint8_t *data, size_t n, const char *addr)
-{
-    if (!tk_tls_ready(r->tls) && r->in_len == 0 && n > 0 && data[0] != TLS_RECORD_HANDSHAKE) {
+    if (rc == CL_STREAM_PLAIN)
         set_why(r,
                 "%s: the peer port answered in plaintext: that cluster runs without TLS, so "
                 "leave out --tls-ca",
                 addr);
-        return -1;
-    }
-    size_t got = 0;
-    int rc = tk_tls_feed(r->tls, data, n);
-    if (rc == TK_OK)
-        rc = tk_tls_read(r->tls, r->in + r->in_len, sizeof r->in - r->in_len, &got);
-    if (rc == TK_OK && !tls_flush(r))
-        rc = TK_EIO;
-    if (rc != TK_OK) {
-        set_why(r, "%s: TLS to the peer port failed: %s", addr,
-                rc == TK_EIO ? "could not send" : tk_tls_error(r->tls));
-        return -1;
-    }
-    r->in_len += got;
-    return (int)got;
+    else if (rc == CL_STREAM_TLS)
+        set_why(r, "%s: TLS to the peer port failed: %s", addr, r->s.tls_why);
 }
 
-/* More plaintext into r->in: > 0 bytes, 0 the peer closed, -1 the
- * deadline passed (or an error), -2 the buffer is full, -3 TLS failed. */
+/* More plaintext into r->in: > 0 bytes, or a CL_STREAM_* code (r->why
+ * set for TLS's). */
 static int read_more(struct rm *r, const char *addr)
 {
-    if (r->in_len == sizeof r->in)
-        return -2;
-    for (;;) {
-        struct pollfd pf = {.fd = r->fd, .events = POLLIN};
-        int ms = left_ms(r);
-        if (ms == 0 || poll(&pf, 1, ms) != 1)
-            return -1;
-        uint8_t raw[16384];
-        uint8_t *dst = r->tls ? raw : r->in + r->in_len;
-        size_t cap = r->tls ? sizeof raw : sizeof r->in - r->in_len;
-        ssize_t got = recv(r->fd, dst, cap, 0);
-        if (got < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (got <= 0)
-            return got == 0 ? 0 : -1;
-        if (r->tls == NULL) {
-            r->in_len += (size_t)got;
-            return (int)got;
-        }
-        int n = tls_take(r, raw, (size_t)got, addr);
-        if (n != 0)
-            return n < 0 ? -3 : n;
-    }
+    int got = cl_stream_read_more(&r->s);
+    stream_why(r, addr, got);
+    return got;
 }
 
-static void consume(struct rm *r, size_t n)
-{
-    memmove(r->in, r->in + n, r->in_len - n);
-    r->in_len -= n;
-}
-
-/* One line (without "\n", NUL-terminated) into line; its length, or -1
- * if none came (timed out or closed), -2 if no line end within
- * LINE_MAX_LEN bytes, -3 if TLS failed (r->why says why). */
+/* One line (without "\n", NUL-terminated) into line: its length, or a
+ * CL_STREAM_* code (r->why set for TLS's). */
 static int read_line(struct rm *r, char *line, const char *addr)
 {
-    for (;;) {
-        uint8_t *nl = memchr(r->in, '\n', r->in_len < LINE_MAX_LEN ? r->in_len : LINE_MAX_LEN);
-        if (nl != NULL) {
-            size_t len = (size_t)(nl - r->in);
-            memcpy(line, r->in, len);
-            line[len] = '\0';
-            consume(r, len + 1);
-            return (int)len;
-        }
-        if (r->in_len >= LINE_MAX_LEN)
-            return -2;
-        int got = read_more(r, addr);
-        if (got <= 0)
-            return got == -3 ? -3 : -1;
-    }
+    int n = cl_stream_read_line(&r->s, line, LINE_MAX_LEN);
+    stream_why(r, addr, n);
+    return n;
 }
 
 /* ---- one attempt ----------------------------------------------------------------- */
@@ -287,14 +150,14 @@ static int read_line(struct rm *r, char *line, const char *addr)
 /* A handshake line that did not come: why, and the attempt's end. */
 static enum attempt no_line(struct rm *r, const char *addr, int n, const char *what)
 {
-    if (n == -3)
+    if (n == CL_STREAM_TLS || n == CL_STREAM_PLAIN)
         return AT_BAD; /* r->why says how TLS failed */
-    if (n == -2) {
+    if (n == CL_STREAM_FULL) {
         set_why(r, "%s: %s: no line end", addr, what);
         return AT_BAD;
     }
     set_why(r, "%s: %s (timed out or closed)%s", addr, what,
-            r->tls == NULL ? ": if that cluster runs TLS on its peer port, give --tls-ca" : "");
+            r->s.tls == NULL ? ": if that cluster runs TLS on its peer port, give --tls-ca" : "");
     return AT_NO_CONN;
 }
 
@@ -308,8 +171,8 @@ static enum attempt handshake(struct rm *r, const char *addr)
         return AT_BAD;
     }
     tk_hs_dial(&r->hs, r->secret, r->secret_len, addr, cnonce);
-    if (r->tls != NULL && (tk_tls_read(r->tls, out, 0, &n_out) != TK_OK || !tls_flush(r))) {
-        set_why(r, "%s: TLS could not start: %s", addr, tk_tls_error(r->tls));
+    if (r->s.tls != NULL && !cl_stream_tls_hello(&r->s)) {
+        set_why(r, "%s: TLS could not start: %s", addr, tk_tls_error(r->s.tls));
         return AT_BAD;
     }
     for (int step = 0; step < 2; step++) {
@@ -318,9 +181,9 @@ static enum attempt handshake(struct rm *r, const char *addr)
             return no_line(
                 r, addr, n,
                 step == 0 ? "no banner from the peer port" : "no answer to the handshake");
-        if (step == 0 && r->tls != NULL) {
+        if (step == 0 && r->s.tls != NULL) {
             uint8_t b[TK_TLS_BINDING_LEN];
-            if (tk_tls_channel_binding(r->tls, b) != TK_OK) {
+            if (tk_tls_channel_binding(r->s.tls, b) != TK_OK) {
                 set_why(r, "%s: no TLS channel binding", addr);
                 return AT_BAD;
             }
@@ -337,7 +200,7 @@ static enum attempt handshake(struct rm *r, const char *addr)
                         : "");
             return auth ? AT_AUTH : AT_BAD;
         }
-        if (n_out > 0 && !send_all(r, out, n_out)) {
+        if (n_out > 0 && !cl_stream_send(&r->s, out, n_out)) {
             set_why(r, "%s: the handshake could not be sent", addr);
             return AT_NO_CONN;
         }
@@ -390,11 +253,11 @@ static enum attempt answer(struct rm *r, const char *addr)
     static struct tk_wire_scratch scratch; /* no entries: a JOIN_REPLY has none */
     size_t skip = 0, flen = 0;
     for (;;) {
-        size_t drop = skip < r->in_len ? skip : r->in_len;
-        consume(r, drop);
+        size_t drop = skip < r->s.in_len ? skip : r->s.in_len;
+        cl_stream_consume(&r->s, drop);
         skip -= drop;
-        if (skip == 0 && r->in_len > TK_WIRE_LENGTH_LEN) { /* the length and the type */
-            if (tk_wire_frame_len(r->in, r->in_len, &flen) != TK_OK) {
+        if (skip == 0 && r->s.in_len > TK_WIRE_LENGTH_LEN) { /* the length and the type */
+            if (tk_wire_frame_len(r->in, r->s.in_len, &flen) != TK_OK) {
                 set_why(r, "%s: REMOVE sent, then a malformed frame", addr);
                 return AT_UNANSWERED;
             }
@@ -408,13 +271,13 @@ static enum attempt answer(struct rm *r, const char *addr)
                 return AT_UNANSWERED;
             }
         }
-        if (skip == 0 && r->in_len > TK_WIRE_LENGTH_LEN && r->in_len >= flen) {
+        if (skip == 0 && r->s.in_len > TK_WIRE_LENGTH_LEN && r->s.in_len >= flen) {
             struct tk_wire_frame f;
             if (tk_wire_decode(r->in, flen, &f, &scratch) != TK_OK) {
                 set_why(r, "%s: REMOVE sent, then a malformed answer", addr);
                 return AT_UNANSWERED;
             }
-            consume(r, flen);
+            cl_stream_consume(&r->s, flen);
             if (!reply_authentic(r, &f.msg)) {
                 set_why(r,
                         "%s: REMOVE sent, then an answer without the node's MAC (forged or "
@@ -427,9 +290,9 @@ static enum attempt answer(struct rm *r, const char *addr)
         int got = read_more(r, addr);
         if (got <= 0) {
             set_why(r, "%s: REMOVE sent, but no answer (%s)", addr,
-                    got == 0    ? "the connection was closed"
-                    : got == -3 ? "TLS failed"
-                                : "timed out");
+                    got == CL_STREAM_CLOSED                          ? "the connection was closed"
+                    : got == CL_STREAM_TLS || got == CL_STREAM_PLAIN ? "TLS failed"
+                                                                     : "timed out");
             return AT_UNANSWERED;
         }
     }
@@ -447,7 +310,7 @@ static enum attempt send_remove(struct rm *r, const char *addr)
     f.msg.term = 0;
     f.msg.remove.id = r->id;
     size_t n = tk_wire_encode(&f, buf, sizeof buf);
-    if (n == 0 || !send_all(r, buf, n)) {
+    if (n == 0 || !cl_stream_send(&r->s, buf, n)) {
         set_why(r, "%s: REMOVE could not be sent", addr);
         return AT_UNANSWERED; /* part of it may have gone out */
     }
@@ -460,7 +323,6 @@ static enum attempt attempt(struct rm *r, const char *addr)
     const char *why = "longer than 255 characters";
     r->next[0] = '\0';
     r->next_id = 0;
-    r->in_len = 0;
     if (strlen(addr) > TK_HS_ADDR_MAX || tk_addr_parse(addr, strlen(addr), &peer, &why) != TK_OK) {
         set_why(r, "the peer address '%s' is malformed: %s", addr, why);
         return AT_BAD;
@@ -472,23 +334,19 @@ static enum attempt attempt(struct rm *r, const char *addr)
      * among the given addresses accepts and never speaks, and must not eat
      * the whole budget. */
     uint64_t share_us = TK_MAX(r->o->timeout_ms / 4u, 1000u) * 1000u;
-    r->attempt_deadline_us = TK_MIN(r->deadline_us, tk_client_now_us() + share_us);
-    r->fd = dial(r, host, port);
-    if (r->fd < 0) {
+    r->s.deadline_us = TK_MIN(r->deadline_us, tk_client_now_us() + share_us);
+    if (!cl_stream_dial(&r->s, host, port)) {
         set_why(r, "%s: the peer port did not answer", addr);
         return AT_NO_CONN;
     }
     enum attempt a = AT_BAD;
-    if (r->tls_ctx != NULL && (r->tls = tk_tls_new(r->tls_ctx, host)) == NULL)
+    if (r->tls_ctx != NULL && !cl_stream_tls(&r->s, r->tls_ctx, host))
         set_why(r, "out of memory for TLS");
     else
         a = handshake(r, addr);
     if (a == AT_OK)
         a = send_remove(r, addr);
-    tk_tls_free(r->tls);
-    r->tls = NULL;
-    close(r->fd);
-    r->fd = -1;
+    cl_stream_close(&r->s);
     return a;
 }
 
@@ -648,7 +506,7 @@ int ctl_remove_member(const struct ctl_opts *o)
     static struct rm r;
     memset(&r, 0, sizeof r);
     r.o = o;
-    r.fd = -1;
+    cl_stream_init(&r.s, r.in, sizeof r.in);
     if (!parse_node_id(o->key, &r.id))
         return ctl_die_usage("bad NODEID '%s': 16 hex digits, as `ticketctl members` shows",
                              o->key);
