@@ -234,6 +234,9 @@ struct tk_client {
 
 /* client.c */
 uint64_t cl_now_us(void);
+/* client_cfg.c: checks cfg and keeps it in c (numbers, TLS, secret,
+ * owner, addresses); TK_CLIENT_ENONE or the error, its reason logged. */
+int cl_configure(struct tk_client *c, const struct tk_client_config *cfg);
 void cl_log(struct tk_client *c, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 struct cl_req *cl_req_at(struct tk_client *c, uint32_t index); /* under mu */
