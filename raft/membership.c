@@ -137,15 +137,22 @@ static uint64_t live_leader(const struct tk_driver *d)
     return lid && heard && d->now - heard < d->o.raft.election_min_us ? lid : 0;
 }
 
+/* The process at a peer's address is id: another one than before is no
+ * bootstrap partner of ours until it says so itself. */
+static void peer_is(struct peer_info *pi, uint64_t id)
+{
+    if (pi->id != id)
+        pi->agreed = false;
+    pi->id = id;
+}
+
 static void on_probe(struct tk_driver *d, const struct tk_raft_msg *msg)
 {
     struct members *m = M(d);
     int i = peer_index(d, msg->probe.peer_addr.p, msg->probe.peer_addr.len);
     if (i >= 0 && (uint32_t)i != m->c.self) {
         struct peer_info *pi = &m->info[i];
-        if (pi->id != msg->from)
-            pi->agreed = false; /* another process at that address */
-        pi->id = msg->from;
+        peer_is(pi, msg->from);
         copy_str(pi->client_addr, sizeof(pi->client_addr), &msg->probe.client_addr);
         pi->peers_hash = msg->probe.peers_hash;
         pi->probed_us = d->now;
@@ -206,9 +213,7 @@ static void on_probe_reply(struct tk_driver *d, const struct tk_wire_frame *f)
         if (i == m->c.self || d->io.link_id(d->io.ctx, m->c.peer_addr[i]) != msg->from)
             continue;
         struct peer_info *pi = &m->info[i];
-        if (pi->id != msg->from)
-            pi->agreed = false; /* another process at that address */
-        pi->id = msg->from;
+        peer_is(pi, msg->from);
         pi->replied_us = d->now;
         pi->member = (msg->probe_reply.flags & TK_RAFT_PROBE_MEMBER) != 0;
         pi->peers_hash = msg->probe_reply.peers_hash;
@@ -734,6 +739,7 @@ static void member_state(struct tk_driver *d, const struct tk_raft_config *c, bo
         return;
     }
     if (forced_peer_probing(d)) {
+        TK_ASSERT(!tk_raft_config_is_voter(c, m->self_id)); /* a voter's vote counts: it stays */
         /* A recovery from a lost majority runs, and this learner (no vote,
          * nothing the old domain needs) would keep the fresh majority it
          * needs from forming: it comes back fresh instead. */
