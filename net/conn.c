@@ -118,6 +118,8 @@ static void conn_free_slot(struct tk_worker *w, struct conn *c)
         close(c->st.fd);
     c->st.fd = -1;
     tk_stream_free(&c->st); /* an idle slot holds no buffers */
+    free(c->hs);
+    c->hs = NULL;
     c->state = CONN_FREE;
     c->gen++;
     if (c->gen == 0)
@@ -331,8 +333,15 @@ void conn_on_accept(struct tk_worker *w, int fd)
         conn_close(w, c);
         return;
     }
+    TK_ASSERT(c->hs == NULL);
+    c->hs = malloc(sizeof(*c->hs));
+    if (c->hs == NULL) {
+        tk_log(TK_LOG_ERROR, "out of memory for a handshake; refusing connection");
+        conn_close(w, c);
+        return;
+    }
     char line[TK_HS_LINE_MAX];
-    size_t len = tk_hs_client_listen(&c->hs, s->client_secret, s->client_secret_len, snonce, line,
+    size_t len = tk_hs_client_listen(c->hs, s->client_secret, s->client_secret_len, snonce, line,
                                      sizeof(line));
     conn_stream_out(w, c, line, len);
     tk_deadlines_push(&w->hs, c->slot, c->gen, w->now_us + (uint64_t)s->opt.handshake_ms * 1000u);
@@ -456,15 +465,18 @@ static void auth_failed(struct tk_worker *w, struct conn *c, const char *why)
 static void handle_auth_line(struct tk_worker *w, struct conn *c, const char *line, size_t len)
 {
     struct tk_server *s = w->s;
-    c->hs.node_id = s->node_id;
-    c->hs.domain[0] = atomic_load(&s->domain_lo);
-    c->hs.domain[1] = atomic_load(&s->domain_hi);
+    TK_ASSERT(c->hs != NULL); /* CONN_HANDSHAKE holds it */
+    c->hs->node_id = s->node_id;
+    c->hs->domain[0] = atomic_load(&s->domain_lo);
+    c->hs->domain[1] = atomic_load(&s->domain_hi);
     char ok[TK_HS_LINE_MAX];
     size_t n = 0;
-    if (tk_hs_line(&c->hs, line, len, ok, sizeof(ok), &n) != TK_HS_DONE) {
-        auth_failed(w, c, tk_hs_why(&c->hs));
+    if (tk_hs_line(c->hs, line, len, ok, sizeof(ok), &n) != TK_HS_DONE) {
+        auth_failed(w, c, tk_hs_why(c->hs));
         return;
     }
+    free(c->hs);
+    c->hs = NULL;
     conn_stream_out(w, c, ok, n);
     if (!w->leader) {
         conn_moved(w, c);

@@ -32,7 +32,10 @@ struct conn {
     bool resume;        /* on the worker's resume list */
     uint32_t inflight;  /* requests without a reply yet */
     struct conn *next_dirty, *next_resume;
-    struct tk_hs hs; /* CONN_HANDSHAKE: SPEC 2 (core/handshake.h); last, off the hot lines */
+    /* CONN_HANDSHAKE only: SPEC 2 (core/handshake.h), allocated at accept
+     * and freed once the client is in, so a ready connection does not
+     * carry it (it is most of a connection's size). */
+    struct tk_hs *hs;
 };
 
 struct tk_worker {
