@@ -79,22 +79,55 @@ size_t tk_cmd_size(const struct tk_cmd *c)
     return CMD_HEADER_LEN + (size_t)c->key_len + c->owner_len;
 }
 
+/* The one encoder of a command: the 24-byte header, the key, the owner. */
+static size_t cmd_put(uint8_t *buf,
+                      size_t cap,
+                      uint8_t type,
+                      uint8_t expired,
+                      uint32_t lease_ms,
+                      uint64_t old_token,
+                      uint64_t token,
+                      const char *key,
+                      uint8_t key_len,
+                      const char *owner,
+                      uint8_t owner_len)
+{
+    size_t n = CMD_HEADER_LEN + (size_t)key_len + owner_len;
+    if (n > cap)
+        return 0;
+    buf[0] = type;
+    buf[1] = key_len;
+    buf[2] = owner_len;
+    buf[3] = expired;
+    put_u32(buf + 4, lease_ms);
+    put_u64(buf + 8, old_token);
+    put_u64(buf + 16, token);
+    memcpy(buf + CMD_HEADER_LEN, key, key_len);
+    memcpy(buf + CMD_HEADER_LEN + key_len, owner, owner_len);
+    return n;
+}
+
 size_t tk_cmd_encode(const struct tk_cmd *c, uint8_t *buf, size_t cap)
 {
     TK_ASSERT(tk_cmd_check(c) == TK_OK);
-    size_t n = CMD_HEADER_LEN + (size_t)c->key_len + c->owner_len;
-    if (n > cap)
-        return 0;
-    buf[0] = c->type;
-    buf[1] = c->key_len;
-    buf[2] = c->owner_len;
-    buf[3] = c->expired;
-    put_u32(buf + 4, c->lease_ms);
-    put_u64(buf + 8, c->old_token);
-    put_u64(buf + 16, c->token);
-    memcpy(buf + CMD_HEADER_LEN, c->key, c->key_len);
-    memcpy(buf + CMD_HEADER_LEN + c->key_len, c->owner, c->owner_len);
-    return n;
+    return cmd_put(buf, cap, c->type, c->expired, c->lease_ms, c->old_token, c->token, c->key,
+                   c->key_len, c->owner, c->owner_len);
+}
+
+size_t tk_cmd_encode_grant(uint8_t *buf,
+                           size_t cap,
+                           const char *key,
+                           uint8_t key_len,
+                           const char *owner,
+                           uint8_t owner_len,
+                           uint32_t lease_ms,
+                           uint64_t token)
+{
+    TK_ASSERT(key_len >= 1 && key_len <= TK_KEY_LEN_MAX);
+    TK_ASSERT(owner_len >= 1 && owner_len <= TK_OWNER_LEN_MAX);
+    TK_ASSERT(lease_ms >= TK_LEASE_MS_MIN && lease_ms <= TK_LEASE_MS_MAX);
+    TK_ASSERT(token != 0);
+    return cmd_put(buf, cap, TK_CMD_GRANT, 0, lease_ms, 0, token, key, key_len, owner, owner_len);
 }
 
 int tk_cmd_decode(const uint8_t *buf, size_t len, struct tk_cmd *c, size_t *used)

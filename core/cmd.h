@@ -51,6 +51,16 @@ size_t tk_cmd_size(const struct tk_cmd *c);
 /* Appends the encoding of a valid command to buf. Returns the number of bytes
  * written, or 0 if cap is too small. */
 size_t tk_cmd_encode(const struct tk_cmd *c, uint8_t *buf, size_t cap);
+/* The same bytes as tk_cmd_encode() of a valid GRANT with these fields,
+ * without building a struct tk_cmd (a snapshot cut lists millions). */
+size_t tk_cmd_encode_grant(uint8_t *buf,
+                           size_t cap,
+                           const char *key,
+                           uint8_t key_len,
+                           const char *owner,
+                           uint8_t owner_len,
+                           uint32_t lease_ms,
+                           uint64_t token);
 
 /* Decodes one command from buf. On success stores it in *c, the bytes used in
  * *used, and returns TK_OK; on malformed or truncated input returns

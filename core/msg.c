@@ -57,7 +57,7 @@ static const void *get_bytes(struct rd *r, size_t n)
 #define REPLY_FIXED (8 * 4 + 4 + 2)
 #define REFUSE_FIXED (8 * 2 + 1)
 #define PROPOSE_FIXED (8 * 2)
-#define SNAP_PART_FIXED (8 * 2 + sizeof(void *) + sizeof(size_t) + sizeof(void *))
+#define SNAP_PART_FIXED (8 * 2 + sizeof(void *) + sizeof(size_t) + 8 * 2 + 1)
 #define ROLE_FIXED (8 + 1 + 2)
 #define INSTALL_FIXED (8 * 2 + sizeof(void *) + sizeof(size_t))
 _Static_assert(REQ_FIXED + TK_KEY_LEN_MAX + TK_OWNER_LEN_MAX <= TK_MSG_ENCODED_MAX, "req fits");
@@ -183,7 +183,10 @@ void tk_msg_encode(const struct tk_msg *m, uint8_t *out)
             PUT(&w, s->count);
             PUT(&w, s->data);
             PUT(&w, s->len);
-            PUT(&w, s->recs);
+            PUT(&w, s->total_count);
+            PUT(&w, s->total_len);
+            u8 = s->final;
+            PUT(&w, u8);
             break;
         }
         case TK_MSG_ROLE: {
@@ -301,7 +304,10 @@ int tk_msg_decode(uint32_t kind, const uint8_t *buf, size_t len, struct tk_msg *
             GET(&r, s->count);
             GET(&r, s->data);
             GET(&r, s->len);
-            GET(&r, s->recs);
+            GET(&r, s->total_count);
+            GET(&r, s->total_len);
+            GET(&r, u8);
+            s->final = u8 != 0;
             break;
         }
         case TK_MSG_ROLE: {

@@ -80,20 +80,20 @@ struct tk_msg_read {
     uint64_t round;
 };
 
-/* Where one GRANT record of a snapshot part is. */
-struct tk_snap_rec {
-    uint64_t token;
-    size_t off, len;
-};
-
-/* A shard's cut: count GRANT records in data (table order), recs listing
- * them in token order. Both malloc'd; the receiver owns and frees them. */
+/* A piece of a shard's cut (shard/lock.h): count snapshot records
+ * (core/snap.h) in data, malloc'd, owned and freed by the receiver (data
+ * may be NULL when count is 0). Every piece of a cut says what the whole
+ * cut of that shard holds (total_count records, total_len bytes), so the
+ * driver can size the blob from the first pieces; the last piece has
+ * final set. */
 struct tk_msg_snap_part {
     uint64_t index;
     uint64_t count;
     uint8_t *data;
     size_t len;
-    struct tk_snap_rec *recs;
+    uint64_t total_count;
+    uint64_t total_len;
+    bool final;
 };
 
 /* apply_us: 0, or when the driver took the commit (informational); the

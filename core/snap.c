@@ -17,7 +17,8 @@ _Static_assert(TK_SNAP_HEADER_LEN == TK_SNAP_MAGIC_LEN + 8, "magic and u64 count
 int tk_snap_header(const uint8_t *blob, size_t len, uint64_t *count, size_t *pos)
 {
     TK_ASSERT(blob != NULL || len == 0);
-    if (len < TK_SNAP_HEADER_LEN || memcmp(blob, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN) != 0)
+    if (len < TK_SNAP_HEADER_LEN || (memcmp(blob, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN) != 0 &&
+                                     memcmp(blob, TK_SNAP_MAGIC_V2, TK_SNAP_MAGIC_LEN) != 0))
         return TK_EPROTO;
     memcpy(count, blob + TK_SNAP_MAGIC_LEN, 8);
     *pos = TK_SNAP_HEADER_LEN;
@@ -49,6 +50,12 @@ int tk_snap_next(const uint8_t *blob,
     return TK_OK;
 }
 
+static void snap_put_left(uint8_t *buf, uint32_t left_ms)
+{
+    for (int i = 0; i < 4; i++)
+        buf[i] = (uint8_t)(left_ms >> (8 * i));
+}
+
 size_t tk_snap_put(uint8_t *buf, size_t cap, const struct tk_cmd *grant, uint32_t left_ms)
 {
     TK_ASSERT(grant->type == TK_CMD_GRANT && grant->token != 0);
@@ -58,9 +65,32 @@ size_t tk_snap_put(uint8_t *buf, size_t cap, const struct tk_cmd *grant, uint32_
     size_t n = tk_cmd_encode(grant, buf + 4, cap - 4);
     if (n == 0)
         return 0;
-    for (int i = 0; i < 4; i++)
-        buf[i] = (uint8_t)(left_ms >> (8 * i));
+    snap_put_left(buf, left_ms);
     return n + 4;
+}
+
+size_t tk_snap_put_holder(uint8_t *buf, size_t cap, const struct tk_snap_holder *h)
+{
+    TK_ASSERT(h->left_ms >= 1 && h->left_ms <= h->lease_ms);
+    if (cap < 4)
+        return 0;
+    size_t n = tk_cmd_encode_grant(buf + 4, cap - 4, h->key, h->key_len, h->owner, h->owner_len,
+                                   h->lease_ms, h->token);
+    if (n == 0)
+        return 0;
+    snap_put_left(buf, h->left_ms);
+    return n + 4;
+}
+
+size_t tk_snap_bytes(uint64_t count, uint64_t key_owner_bytes)
+{
+    return TK_SNAP_HEADER_LEN + (size_t)count * (4 + SNAP_CMD_HEADER_LEN) + (size_t)key_owner_bytes;
+}
+
+void tk_snap_put_header(uint8_t *blob, uint64_t count)
+{
+    memcpy(blob, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN);
+    memcpy(blob + TK_SNAP_MAGIC_LEN, &count, 8);
 }
 
 /* The key index of tk_snap_check(): open addressing over record offsets
@@ -87,6 +117,25 @@ static bool snap_keys_add(struct snap_keys *k,
     return true;
 }
 
+/* The token index of tk_snap_check(): open addressing over the tokens
+ * themselves (never 0 in a record that got this far). */
+struct snap_tokens {
+    uint64_t *slot;
+    size_t mask;
+};
+
+static bool snap_tokens_add(struct snap_tokens *t, uint64_t token)
+{
+    size_t h = (size_t)(token * UINT64_C(0x9e3779b97f4a7c15) >> 17) & t->mask;
+    while (t->slot[h] != 0) {
+        if (t->slot[h] == token)
+            return false;
+        h = (h + 1) & t->mask;
+    }
+    t->slot[h] = token;
+    return true;
+}
+
 int tk_snap_check(const uint8_t *blob,
                   size_t len,
                   uint64_t token_next,
@@ -109,18 +158,25 @@ int tk_snap_check(const uint8_t *blob,
         return TK_EPROTO;
     }
     struct snap_keys keys = {NULL, 0};
+    struct snap_tokens tokens = {NULL, 0};
     if (n > 0) {
         size_t cap = 2;
         while (cap < 2 * n)
             cap <<= 1; /* n <= len / 26: no overflow */
         keys.slot = calloc(cap, sizeof(*keys.slot));
-        if (keys.slot == NULL) {
+        tokens.slot = calloc(cap, sizeof(*tokens.slot));
+        if (keys.slot == NULL || tokens.slot == NULL) {
+            free(keys.slot);
+            free(tokens.slot);
             *why = "out of memory checking the keys";
             return TK_ENOMEM;
         }
-        keys.mask = cap - 1;
+        keys.mask = tokens.mask = cap - 1;
     }
     int rc = TK_OK;
+    /* The older layout lists its records in token order; the current one
+     * in any order (each shard's cut in its table order). */
+    bool ordered = memcmp(blob, TK_SNAP_MAGIC_V2, TK_SNAP_MAGIC_LEN) == 0;
     uint64_t last = 0;
     for (uint64_t i = 0; i < n && rc == TK_OK; i++) {
         size_t at = pos;
@@ -128,7 +184,7 @@ int tk_snap_check(const uint8_t *blob,
         if (tk_snap_next(blob, len, &pos, &c, NULL) != TK_OK) {
             *why = "a record is not a valid GRANT with a token and the lease left";
             rc = TK_EPROTO;
-        } else if (c.token <= last) {
+        } else if (ordered && c.token <= last) {
             *why = "tokens not strictly increasing";
             rc = TK_EPROTO;
         } else if (c.token >= token_next) {
@@ -137,11 +193,15 @@ int tk_snap_check(const uint8_t *blob,
         } else if (!snap_keys_add(&keys, blob, at, &c)) {
             *why = "a key listed twice";
             rc = TK_EPROTO;
+        } else if (!snap_tokens_add(&tokens, c.token)) {
+            *why = "a token listed twice";
+            rc = TK_EPROTO;
         } else {
             last = c.token;
         }
     }
     free(keys.slot);
+    free(tokens.slot);
     if (rc != TK_OK)
         return rc;
     if (pos != len) {

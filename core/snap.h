@@ -1,15 +1,18 @@
 /* The snapshot blob of the lock state: what the Raft thread cuts from every
  * shard and what a follower installs (raft/driver.c).
  *
- *     "TKSNAP02" | u64 count | count x (u32 left_ms | GRANT encoding)
+ *     "TKSNAP03" | u64 count | count x (u32 left_ms | GRANT encoding)
  *
  * left_ms (little-endian) is what was left of the holder's lease when its
  * shard cut the snapshot, 1..lease_ms: an install counts that, not a fresh
  * lease, so a holder's lease is not stretched by install + failover.
  * count is in host byte order, as the Raft thread writes it (little-endian
  * on every supported target). One GRANT per held key, keys distinct, tokens
- * non-zero and strictly increasing (the blob is merged in token order), and
- * nothing after the last record.
+ * distinct, non-zero and below the snapshot's fencing counter, in any order (each
+ * shard's part in the order its incremental cut listed it), and nothing
+ * after the last record. A blob of the previous layout, "TKSNAP02" (the same
+ * records, merged in strictly increasing token order), is still read, so a
+ * member of this version can install from a leader of the last one.
  *
  * The blob reaches a follower from its leader over the peer link, so a
  * follower checks all of it with tk_snap_check() before it drops its own
@@ -24,9 +27,16 @@
 #include "core/cmd.h"
 #include "core/tk.h"
 
-#define TK_SNAP_MAGIC "TKSNAP02"
+#define TK_SNAP_MAGIC "TKSNAP03"
+#define TK_SNAP_MAGIC_V2 "TKSNAP02"
 #define TK_SNAP_MAGIC_LEN 8
 #define TK_SNAP_HEADER_LEN 16
+
+/* Bytes of a blob of count records whose keys and owners take
+ * key_owner_bytes together (what tk_lock_cut_begin() reports). */
+size_t tk_snap_bytes(uint64_t count, uint64_t key_owner_bytes);
+/* Writes the header (TK_SNAP_HEADER_LEN bytes) of a blob of count records. */
+void tk_snap_put_header(uint8_t *blob, uint64_t count);
 
 /* Reads the header: checks the magic and that the blob is long enough for
  * it, stores the record count in *count and sets *pos to the first record.
@@ -49,13 +59,24 @@ int tk_snap_next(const uint8_t *blob,
 size_t tk_snap_put(uint8_t *buf, size_t cap, const struct tk_cmd *grant, uint32_t left_ms);
 #define TK_SNAP_RECORD_MAX (4 + TK_CMD_ENCODED_MAX)
 
+/* One holder as its record needs it, pointing into the lock table: a cut
+ * lists millions, so it builds no struct tk_cmd for each. */
+struct tk_snap_holder {
+    const char *key, *owner;
+    uint8_t key_len, owner_len;
+    uint32_t lease_ms, left_ms; /* 1 <= left_ms <= lease_ms */
+    uint64_t token;
+};
+/* The same record as tk_snap_put() of that GRANT; 0 if cap is too small. */
+size_t tk_snap_put_holder(uint8_t *buf, size_t cap, const struct tk_snap_holder *h);
+
 /* Checks a whole blob: the header, exactly count records each accepted by
- * tk_snap_next(), tokens strictly increasing and all below token_next (the
- * fencing counter the snapshot's index carries; UINT64_MAX disables that
- * bound), no key twice, and no trailing bytes. On TK_OK stores the record
- * count in *count (may be NULL). Returns TK_OK, TK_EPROTO with *why (may be
- * NULL) set to a static phrase naming the first problem, or TK_ENOMEM if the
- * key index could not be allocated (*why says so too). */
+ * tk_snap_next(), tokens all below token_next (the fencing counter the
+ * snapshot's index carries; UINT64_MAX disables that bound) and strictly
+ * increasing in a TKSNAP02 blob, no key or token twice, and no trailing bytes. On TK_OK stores the
+ * record count in *count (may be NULL). Returns TK_OK, TK_EPROTO with *why (may be NULL) set to a
+ * static phrase naming the first problem, or TK_ENOMEM if the key index could not be allocated
+ * (*why says so too). */
 int tk_snap_check(const uint8_t *blob,
                   size_t len,
                   uint64_t token_next,

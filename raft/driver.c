@@ -100,6 +100,8 @@ static void apply_entry(struct tk_driver *d, uint64_t index, const struct tk_raf
  * snapshot's age (at least 1 ms: an expiry is then due), so that neither
  * the time between the cut and the install nor a failover after it
  * stretches a lease. */
+static void snapshot_reset(struct tk_driver *d);
+
 static void install_snapshot(struct tk_driver *d, const struct tk_raft_update_install *inst)
 {
     uint64_t index = inst->index;
@@ -111,6 +113,10 @@ static void install_snapshot(struct tk_driver *d, const struct tk_raft_update_in
         d->io.fatal(d->io.ctx, why);
         return;
     }
+    /* A cut still running is of a state this install replaces: the shards
+     * end theirs when they get the install. */
+    snapshot_reset(d);
+    d->snap_again = false;
     uint32_t n = d->o.nshards;
     struct tk_msg_install *in = calloc(n, sizeof(*in));
     size_t *cap = calloc(n, sizeof(*cap));
@@ -236,13 +242,14 @@ static void resolve_reads(struct tk_driver *d, const struct tk_raft_read *reads,
 static void request_snapshot(struct tk_driver *d, uint64_t index)
 {
     if (d->snap_busy) {
-        d->snap_again = true; /* after this cut (snapshot_merge) */
+        d->snap_again = true; /* after this cut (snapshot_done) */
         return;
     }
     TK_ASSERT(index == d->applied);
+    snapshot_reset(d);
     d->snap_busy = true;
     d->snap_index = index;
-    d->snap_parts = 0;
+    d->snap_asked_us = d->now;
     struct tk_msg m = {.kind = TK_MSG_SNAP_REQ, .u.snap_req = {index}};
     for (uint32_t w = 0; w < d->o.nshards; w++)
         to_shard(d, w, &m);
@@ -430,57 +437,45 @@ static void propose_batches(struct tk_driver *d)
 }
 
 /* ------------------------------------------------------------------ */
-/* Snapshot parts */
+/* Snapshot pieces */
 
-static void part_free(struct tk_msg_snap_part *part)
+/* Drops the snapshot being assembled (done, or given up for an install). */
+static void snapshot_reset(struct tk_driver *d)
 {
-    free(part->data);
-    free(part->recs);
-    part->data = NULL;
-    part->recs = NULL;
+    for (uint32_t i = 0; i < d->snap_nearly; i++)
+        free(d->snap_early[i].part.data);
+    free(d->snap_early);
+    free(d->snap_blob);
+    d->snap_early = NULL;
+    d->snap_nearly = d->snap_early_cap = 0;
+    d->snap_blob = NULL;
+    d->snap_len = 0;
+    d->snap_known = d->snap_finals = 0;
+    memset(d->snap_sh, 0, sizeof(d->snap_sh));
+    d->snap_busy = false;
 }
 
-/* Every shard cut at the same index, each part's records listed in token
- * order: merge them into one blob in token order. */
-static void snapshot_merge(struct tk_driver *d)
+/* Every shard's final piece came: the blob is whole. */
+static void snapshot_done(struct tk_driver *d)
 {
     uint64_t count = 0;
-    size_t bytes = TK_SNAP_HEADER_LEN;
-    for (uint32_t w = 0; w < d->snap_parts; w++) {
-        count += d->parts[w].count;
-        bytes += d->parts[w].len;
+    for (uint32_t w = 0; w < d->o.nshards; w++) {
+        const struct snap_region *r = &d->snap_sh[w];
+        TK_ASSERT(r->final && r->count == r->total_count && r->len == r->total_len);
+        count += r->count;
     }
-    uint8_t *blob = malloc(bytes);
-    TK_ASSERT(blob != NULL);
-    memcpy(blob, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN);
-    memcpy(blob + TK_SNAP_MAGIC_LEN, &count, 8);
-    size_t off = TK_SNAP_HEADER_LEN;
-    uint64_t pos[TK_DRIVER_SHARDS_MAX] = {0};
-    uint64_t last = 0;
-    for (uint64_t k = 0; k < count; k++) {
-        int best = -1;
-        for (uint32_t w = 0; w < d->snap_parts; w++)
-            if (pos[w] < d->parts[w].count &&
-                (best < 0 || d->parts[w].recs[pos[w]].token < d->parts[best].recs[pos[best]].token))
-                best = (int)w;
-        TK_ASSERT(best >= 0);
-        const struct tk_snap_rec *rec = &d->parts[best].recs[pos[best]++];
-        TK_ASSERT(rec->token > last); /* tokens are unique and parts sorted */
-        TK_ASSERT(rec->off + rec->len <= d->parts[best].len);
-        last = rec->token;
-        memcpy(blob + off, d->parts[best].data + rec->off, rec->len);
-        off += rec->len;
-    }
-    TK_ASSERT(off == bytes);
-    for (uint32_t w = 0; w < d->snap_parts; w++)
-        part_free(&d->parts[w]);
-    d->snap_parts = 0;
-    d->snap_busy = false;
+    tk_snap_put_header(d->snap_blob, count);
+    uint8_t *blob = d->snap_blob;
+    size_t bytes = d->snap_len;
+    uint64_t index = d->snap_index;
+    d->snap_blob = NULL; /* the core owns it now */
+    snapshot_reset(d);
     d->m_snapshot_bytes = bytes;
+    d->m_snapshot_cut_us = d->now - TK_MIN(d->now, d->snap_asked_us);
     struct tk_raft_update up;
-    int rc = tk_raft_snapshot(d->core, d->snap_index, blob, bytes, d->now, &up);
+    int rc = tk_raft_snapshot(d->core, index, blob, bytes, d->now, &up);
     if (rc != TK_OK)
-        driver_event(d, TK_DRIVER_EV_SNAPSHOT_REFUSED, d->snap_index, (uint64_t)rc);
+        driver_event(d, TK_DRIVER_EV_SNAPSHOT_REFUSED, index, (uint64_t)rc);
     tk_driver_process(d, rc, &up);
     /* The core asks once per applied index: a request that came during
      * this cut is made now. Dropping it could stall a node for good: a
@@ -495,16 +490,72 @@ static void snapshot_merge(struct tk_driver *d)
     }
 }
 
-static void snapshot_part(struct tk_driver *d, const struct tk_msg_snap_part *part)
+/* Copies a piece into its shard's region of the blob. */
+static void snapshot_place(struct tk_driver *d, uint32_t src, struct tk_msg_snap_part *part)
+{
+    struct snap_region *r = &d->snap_sh[src];
+    TK_ASSERT(!r->final);
+    TK_ASSERT(r->len + part->len <= r->total_len && r->count + part->count <= r->total_count);
+    if (part->len > 0)
+        memcpy(d->snap_blob + r->off + r->len, part->data, part->len);
+    free(part->data);
+    part->data = NULL;
+    r->len += part->len;
+    r->count += part->count;
+    if (part->final) {
+        r->final = true;
+        d->snap_finals++;
+    }
+}
+
+/* Every shard's size is known: one blob, the shards' regions in shard
+ * order after the header, and the pieces that came early copied in. */
+static void snapshot_alloc(struct tk_driver *d)
+{
+    size_t off = TK_SNAP_HEADER_LEN;
+    for (uint32_t w = 0; w < d->o.nshards; w++) {
+        d->snap_sh[w].off = off;
+        off += d->snap_sh[w].total_len;
+    }
+    d->snap_len = off;
+    d->snap_blob = malloc(off);
+    TK_ASSERT(d->snap_blob != NULL);
+    for (uint32_t i = 0; i < d->snap_nearly; i++)
+        snapshot_place(d, d->snap_early[i].src, &d->snap_early[i].part);
+    free(d->snap_early);
+    d->snap_early = NULL;
+    d->snap_nearly = d->snap_early_cap = 0;
+}
+
+static void snapshot_part(struct tk_driver *d, uint32_t src, const struct tk_msg_snap_part *part)
 {
     if (!d->snap_busy || part->index != d->snap_index) {
-        struct tk_msg_snap_part stale = *part;
-        part_free(&stale);
+        free(part->data); /* a cut given up on (an install came between) */
         return;
     }
-    d->parts[d->snap_parts++] = *part;
-    if (d->snap_parts == d->o.nshards)
-        snapshot_merge(d);
+    struct snap_region *r = &d->snap_sh[src];
+    if (!r->known) {
+        r->known = true;
+        r->total_count = part->total_count;
+        r->total_len = part->total_len;
+        d->snap_known++;
+    }
+    TK_ASSERT(r->total_count == part->total_count && r->total_len == part->total_len);
+    struct tk_msg_snap_part p = *part;
+    if (d->snap_blob == NULL && d->snap_known < d->o.nshards) {
+        if (d->snap_nearly == d->snap_early_cap) {
+            d->snap_early_cap = TK_MAX(2 * d->snap_early_cap, 8u);
+            d->snap_early = realloc(d->snap_early, d->snap_early_cap * sizeof(*d->snap_early));
+            TK_ASSERT(d->snap_early != NULL);
+        }
+        d->snap_early[d->snap_nearly++] = (struct snap_early){src, p};
+        return;
+    }
+    if (d->snap_blob == NULL)
+        snapshot_alloc(d);
+    snapshot_place(d, src, &p);
+    if (d->snap_finals == d->o.nshards)
+        snapshot_done(d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -532,7 +583,7 @@ void tk_driver_message(struct tk_driver *d,
                 read_done(d, src, m.u.read.round, false);
             break;
         case TK_MSG_SNAP_PART:
-            snapshot_part(d, &m.u.snap_part);
+            snapshot_part(d, src, &m.u.snap_part);
             break;
         default:
             TK_ASSERT(!"unexpected message kind for the driver");
@@ -633,8 +684,7 @@ void tk_driver_destroy(struct tk_driver *d)
         free(d->spare->buf);
         free(d->spare);
     }
-    for (uint32_t w = 0; w < d->snap_parts; w++)
-        part_free(&d->parts[w]);
+    snapshot_reset(d);
     tk_raft_destroy(d->core);
     free(d);
 }
@@ -701,6 +751,7 @@ void tk_driver_stats(const struct tk_driver *d, struct tk_driver_stats *st)
     st->commands = d->m_commands;
     st->entries = d->m_entries;
     st->last_snapshot_bytes = d->m_snapshot_bytes;
+    st->last_snapshot_cut_us = d->m_snapshot_cut_us;
     st->waiting_batches = d->nbatches;
     st->refused_batches = d->m_refused;
     st->epoch = d->epoch;

@@ -130,8 +130,9 @@ struct tk_driver_options {
 struct tk_driver_stats {
     uint64_t commands, entries; /* applied commands, proposed entries */
     uint64_t last_snapshot_bytes;
-    uint64_t waiting_batches; /* complete batches waiting for log room */
-    uint64_t refused_batches; /* batches refused while leading */
+    uint64_t last_snapshot_cut_us; /* from asking the shards to the whole blob */
+    uint64_t waiting_batches;      /* complete batches waiting for log room */
+    uint64_t refused_batches;      /* batches refused while leading */
     uint64_t epoch;
     uint64_t applied;
     bool serving; /* the shards lead */

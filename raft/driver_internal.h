@@ -120,16 +120,32 @@ struct tk_driver {
     uint32_t groups_head, groups_len;
     uint64_t next_read_id;
 
+    /* The snapshot being assembled from the shards' pieces: the blob is
+     * allocated once every shard has said how much its cut holds (pieces
+     * that come before wait in early[]), each shard writes its own region
+     * of it, and the core gets it once every shard's final piece came. */
     bool snap_busy;
-    bool snap_again; /* the core asked while a cut was merging */
+    bool snap_again; /* the core asked while a cut was running */
     uint64_t snap_index;
-    uint32_t snap_parts;
-    struct tk_msg_snap_part parts[TK_DRIVER_SHARDS_MAX];
+    uint64_t snap_asked_us;
+    uint8_t *snap_blob;
+    size_t snap_len;
+    uint32_t snap_known, snap_finals; /* shards whose size / final piece came */
+    struct snap_region {
+        bool known, final;
+        uint64_t total_count, total_len; /* what the shard's cut holds */
+        uint64_t off, count, len;        /* its region; what has come */
+    } snap_sh[TK_DRIVER_SHARDS_MAX];
+    struct snap_early {
+        uint32_t src;
+        struct tk_msg_snap_part part;
+    } * snap_early;
+    uint32_t snap_nearly, snap_early_cap;
 
     struct pending_entry pending[PENDING_MAX];
     uint32_t pend_head, pend_len;
 
-    uint64_t m_commands, m_entries, m_snapshot_bytes, m_refused;
+    uint64_t m_commands, m_entries, m_snapshot_bytes, m_refused, m_snapshot_cut_us;
 
     struct members m;
 };

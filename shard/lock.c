@@ -439,10 +439,13 @@ static struct lock_key *lock_holder_set(struct tk_lock_table *t,
 {
     k = lock_key_fit_owner(t, k, c->owner_len);
     TK_ASSERT(k != NULL && "out of memory applying a committed grant");
-    if (k->token == 0)
+    if (k->token == 0) {
         t->nheld++;
+        t->held_bytes += k->key_len;
+    }
+    t->held_bytes += (uint64_t)c->owner_len - k->owner_len;
     k->token = c->token;
-    k->lease_ms = c->lease_ms;
+    k->lease_ms = c->lease_ms & 0x7fffffffu; /* <= TK_LEASE_MS_MAX (tk_cmd_check) */
     k->owner_len = c->owner_len;
     memcpy(k->bytes + k->key_len, c->owner, c->owner_len);
     uint64_t due = now_us + (uint64_t)c->lease_ms * US_PER_MS +
@@ -462,6 +465,8 @@ static void lock_holder_clear(struct tk_lock_table *t, struct lock_key *k)
     TK_ASSERT(t->nheld > 0);
     if (k->lease_slot != TK_TIMER_NONE)
         tk_timer_remove(&t->leases, k->lease_slot);
+    TK_ASSERT(t->held_bytes >= (uint64_t)k->key_len + k->owner_len);
+    t->held_bytes -= (uint64_t)k->key_len + k->owner_len;
     k->token = 0;
     k->lease_ms = 0;
     k->lease_due_us = 0;
@@ -546,6 +551,8 @@ void tk_lock_apply(struct tk_lock_table *t,
     }
     uint32_t hash = lock_hash(c->key, c->key_len);
     struct lock_key *k = lock_key_find(t, hash, c->key, c->key_len);
+    if (k != NULL && t->cut.running)
+        lock_cut_visit(t, k); /* the cut gets the holder before it changes */
     if (t->leader) {
         /* Only the leader proposes, and tk_lock_lead() comes after every
          * earlier entry was applied: this is the key's proposal in flight. */
@@ -821,6 +828,7 @@ struct tk_lock_table *tk_lock_create(const struct tk_lock_limits *limits)
 
 void tk_lock_clear(struct tk_lock_table *t)
 {
+    tk_lock_cut_abort(t);
     lock_drop_leader_state(t);
     lock_keys_free_all(t);
     tk_timer_fini(&t->leases);
@@ -829,6 +837,7 @@ void tk_lock_clear(struct tk_lock_table *t)
     t->flight_cap = 0;
     TK_ASSERT(t->nleads == 0);
     t->nheld = 0;
+    t->held_bytes = 0;
     t->max_token = 0;
     TK_ASSERT(t->nkeys == 0);
     TK_ASSERT(t->nflight == 0);

@@ -37,6 +37,7 @@
 #define TK_SHARD_LOCK_H
 
 #include "core/cmd.h"
+#include "core/snap.h"
 #include "core/tk.h"
 
 /* A client request, already validated by the parser (SPEC 5). */
@@ -213,6 +214,49 @@ void tk_lock_each_holder_left(const struct tk_lock_table *t,
                               uint64_t now_us,
                               void (*fn)(void *ctx, const struct tk_cmd *grant, uint32_t left_ms),
                               void *ctx);
+
+/* ---- Incremental snapshot cut --------------------------------------------
+ *
+ * A cut lists the committed holders as they were at one moment (the cut's
+ * begin, right after the snapshot's index was applied) without stopping the
+ * table: tk_lock_cut_step() visits a bounded slice of the key index per
+ * call, and while a cut runs, tk_lock_apply() hands a key's holder to the
+ * cut *before* it changes it, if the cut has not listed that key yet (copy
+ * on write, one key at a time). Keys created during the cut are marked as
+ * listed: they held nothing at the cut's moment. Every holder at the begin
+ * is thus listed exactly once, whatever was applied meanwhile, and nothing
+ * else is. The key index's incremental rehash pauses while a cut runs, so
+ * the slice cursor (array, bucket) stays valid; lookups are unaffected.
+ *
+ * Each listed holder comes with what was left of its lease at the cut's
+ * begin (as tk_lock_each_holder_left() counts it at begin_us), its fields
+ * pointing into the table (valid during the call only). Records come in
+ * table order, not token order. */
+typedef void (*tk_lock_cut_fn)(void *ctx, const struct tk_snap_holder *h);
+
+/* What a cut will list: the holders at its begin, and the sum of their key
+ * and owner lengths (a snapshot sizes its blob from both). */
+struct tk_lock_cut_size {
+    uint64_t count;
+    uint64_t key_owner_bytes;
+};
+
+/* Starts a cut at now_us (no cut may be running); fn gets every record,
+ * from tk_lock_cut_step() and from inside tk_lock_apply(). *size (may be
+ * NULL) gets what the cut will list. */
+void tk_lock_cut_begin(struct tk_lock_table *t,
+                       uint64_t now_us,
+                       tk_lock_cut_fn fn,
+                       void *ctx,
+                       struct tk_lock_cut_size *size);
+/* Visits up to `budget` keys (and a bounded number of empty buckets);
+ * returns true once the cut has listed every holder it will (the cut has
+ * then ended: fn is not called again). */
+bool tk_lock_cut_step(struct tk_lock_table *t, uint32_t budget);
+bool tk_lock_cut_running(const struct tk_lock_table *t);
+/* Ends a running cut without listing the rest (a snapshot install replaces
+ * the table; tk_lock_clear() does this itself). */
+void tk_lock_cut_abort(struct tk_lock_table *t);
 
 /* Drops all state, committed included (before installing a snapshot). The
  * role is kept; cumulative counters in the stats are kept. */

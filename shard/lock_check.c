@@ -23,33 +23,43 @@ struct each_holder_ctx {
     void *ctx;
 };
 
+static void lock_key_grant(const struct lock_key *k, struct tk_cmd *c)
+{
+    TK_ASSERT(k->token != 0);
+    memset(c, 0, sizeof(*c));
+    c->type = TK_CMD_GRANT;
+    c->key_len = k->key_len;
+    c->owner_len = k->owner_len;
+    c->lease_ms = k->lease_ms;
+    c->token = k->token;
+    memcpy(c->key, k->bytes, k->key_len);
+    memcpy(c->owner, lock_key_owner(k), k->owner_len);
+    TK_ASSERT(tk_cmd_check(c) == TK_OK);
+}
+
+/* What is left of the lease itself (the deadline less the drift margin it
+ * was counted with: whoever restores it adds its own), rounded up, at least
+ * 1 ms (an expiry may be due or in flight), at most the lease. */
+uint32_t lock_key_left_ms(const struct lock_key *k, uint64_t now_us, uint64_t drift_us)
+{
+    uint64_t end =
+        k->lease_due_us - TK_MIN(k->lease_due_us, TK_LOCK_DRIFT_WITH(k->lease_ms, drift_us));
+    uint64_t left_us = end > now_us ? end - now_us : 0;
+    uint64_t left = TK_MAX((left_us + 999u) / 1000u, 1u);
+    return (uint32_t)TK_MIN(left, (uint64_t)k->lease_ms);
+}
+
 static void each_holder_one(void *ctx, struct lock_key *k)
 {
     const struct each_holder_ctx *e = ctx;
     if (k->token == 0)
         return;
-    struct tk_cmd c = {0};
-    c.type = TK_CMD_GRANT;
-    c.key_len = k->key_len;
-    c.owner_len = k->owner_len;
-    c.lease_ms = k->lease_ms;
-    c.token = k->token;
-    memcpy(c.key, k->bytes, k->key_len);
-    memcpy(c.owner, lock_key_owner(k), k->owner_len);
-    TK_ASSERT(tk_cmd_check(&c) == TK_OK);
-    if (e->fn) {
+    struct tk_cmd c;
+    lock_key_grant(k, &c);
+    if (e->fn)
         e->fn(e->ctx, &c);
-        return;
-    }
-    /* What is left of the lease itself (the deadline less the drift
-     * margin it was counted with: whoever restores it adds its own), rounded
-     * up, at least 1 ms (an expiry may be due or in flight), at most the
-     * lease. */
-    uint64_t end =
-        k->lease_due_us - TK_MIN(k->lease_due_us, TK_LOCK_DRIFT_WITH(k->lease_ms, e->drift_us));
-    uint64_t left_us = end > e->now_us ? end - e->now_us : 0;
-    uint64_t left = TK_MAX((left_us + 999u) / 1000u, 1u);
-    e->fn_left(e->ctx, &c, (uint32_t)TK_MIN(left, (uint64_t)k->lease_ms));
+    else
+        e->fn_left(e->ctx, &c, lock_key_left_ms(k, e->now_us, e->drift_us));
 }
 
 void tk_lock_each_holder(const struct tk_lock_table *t,
@@ -74,7 +84,7 @@ void tk_lock_each_holder_left(const struct tk_lock_table *t,
 
 struct check_ctx {
     const struct tk_lock_table *t;
-    uint64_t keys, held, waiters, deferred, flight, leases, leads;
+    uint64_t keys, held, held_bytes, waiters, deferred, flight, leases, leads;
 };
 
 static uint64_t check_waiters(const struct tk_lock_table *t,
@@ -164,6 +174,7 @@ static void check_key(void *ctx, struct lock_key *k)
     TK_ASSERT(k->owner_len <= k->owner_cap);
     if (k->token != 0) {
         c->held++;
+        c->held_bytes += (uint64_t)k->key_len + k->owner_len;
         TK_ASSERT(k->token <= t->max_token);
         TK_ASSERT(k->owner_len >= 1);
         TK_ASSERT(k->owner_len <= TK_OWNER_LEN_MAX);
@@ -260,6 +271,7 @@ void tk_lock_check(const struct tk_lock_table *t)
     lock_keys_each(t, check_key, &c);
     TK_ASSERT(c.keys == t->nkeys);
     TK_ASSERT(c.held == t->nheld);
+    TK_ASSERT(c.held_bytes == t->held_bytes);
     TK_ASSERT(c.waiters == t->nwaiters);
     TK_ASSERT(t->waits.n == t->nwaiters);
     TK_ASSERT(c.deferred == t->ndeferred);

@@ -87,7 +87,8 @@ struct lock_key {
     uint64_t lease_due_us;  /* holder's lease deadline (apply time + lease [+ margin]) */
     struct lock_lead *lead; /* leader-only state, NULL while idle (always on a follower) */
     uint32_t hash;          /* low 32 bits of tk_hash(key) */
-    uint32_t lease_ms;      /* holder's lease */
+    uint32_t lease_ms : 31; /* holder's lease (<= 250,000: fits) */
+    uint32_t cut_mark : 1;  /* == t->cut.mark: listed by the running cut, or new since */
     uint32_t lease_slot;    /* back-index into the lease heap, LOCK_NONE if none */
     uint8_t key_len;
     uint8_t owner_len; /* 0 when FREE */
@@ -122,6 +123,19 @@ struct lock_req {
     char type;           /* 'A' waiter; 'R' or 'Q' deferred */
     uint8_t owner_len;   /* A, R */
     char owner[];
+};
+
+/* A snapshot cut in progress (lock.h): its cursor over the key index and
+ * what it has listed, against what it must list. */
+struct lock_cut {
+    bool running;
+    uint8_t mark; /* keys whose cut_mark equals this are listed (or new) */
+    int arr;      /* cursor: ht[arr], bucket `bucket` next */
+    uint64_t bucket;
+    uint64_t begin_us;
+    struct tk_lock_cut_size want, done;
+    tk_lock_cut_fn fn;
+    void *ctx;
 };
 
 /* One bucket array of the key index. */
@@ -161,7 +175,9 @@ struct tk_lock_table {
     uint64_t nheld;
     uint64_t nwaiters;
     uint64_t ndeferred;
-    uint64_t max_token;            /* largest token applied since the last clear */
+    uint64_t held_bytes; /* key_len + owner_len of every held key */
+    uint64_t max_token;  /* largest token applied since the last clear */
+    struct lock_cut cut;
     struct tk_lock_stats counters; /* the cumulative fields only */
 };
 
@@ -192,6 +208,10 @@ void lock_lead_free(struct tk_lock_table *t, struct lock_key *k);
 /* Frees every key and the index (destroy and clear). */
 void lock_keys_free_all(struct tk_lock_table *t);
 void lock_keys_init(struct tk_lock_table *t);
+/* What is left of k's lease at now_us, as a snapshot carries it (lock.h). */
+uint32_t lock_key_left_ms(const struct lock_key *k, uint64_t now_us, uint64_t drift_us);
+/* The running cut lists k now if it has not yet (and marks it listed). */
+void lock_cut_visit(struct tk_lock_table *t, struct lock_key *k);
 /* Calls fn for each key; fn must not add or remove keys. */
 void lock_keys_each(const struct tk_lock_table *t,
                     void (*fn)(void *ctx, struct lock_key *k),

@@ -59,7 +59,8 @@ struct lock_key *lock_key_find(struct tk_lock_table *t,
 
 static void keys_rehash_step(struct tk_lock_table *t)
 {
-    if (t->rehash < 0)
+    /* Paused while a snapshot cut runs: its cursor walks the arrays. */
+    if (t->rehash < 0 || t->cut.running)
         return;
     struct lock_ht *from = &t->ht[0];
     struct lock_ht *to = &t->ht[1];
@@ -253,6 +254,7 @@ struct lock_key *lock_key_new(struct tk_lock_table *t,
     memset(k, 0, sizeof(*k));
     k->hash = hash;
     k->lease_slot = TK_TIMER_NONE;
+    k->cut_mark = t->cut.mark & 1u; /* new: a running cut does not list it */
     /* key_len <= 250 and owner_cap <= TK_OWNER_LEN_MAX + 15 (the rounding
      * of keys_alloc_size), both asserted or bounded above: they fit. */
     k->key_len = (uint8_t)key_len;
@@ -354,6 +356,100 @@ void lock_keys_free_all(struct tk_lock_table *t)
     free(t->ht[0].b);
     free(t->ht[1].b);
     lock_keys_init(t);
+}
+
+/* ---- Snapshot cut (lock.h) ----------------------------------------------- */
+
+#define CUT_STEP_EMPTY 4096u /* empty buckets skipped per step, at most */
+
+void lock_cut_visit(struct tk_lock_table *t, struct lock_key *k)
+{
+    struct lock_cut *c = &t->cut;
+    TK_ASSERT(c->running);
+    if (k->cut_mark == c->mark)
+        return;
+    k->cut_mark = c->mark & 1u;
+    if (k->token == 0)
+        return;
+    c->done.count++;
+    c->done.key_owner_bytes += (uint64_t)k->key_len + k->owner_len;
+    TK_ASSERT(c->done.count <= c->want.count);
+    TK_ASSERT(c->done.key_owner_bytes <= c->want.key_owner_bytes);
+    struct tk_snap_holder h = {.key = k->bytes,
+                               .owner = lock_key_owner(k),
+                               .key_len = k->key_len,
+                               .owner_len = k->owner_len,
+                               .lease_ms = k->lease_ms,
+                               .left_ms = lock_key_left_ms(k, c->begin_us, t->limits.drift_us),
+                               .token = k->token};
+    c->fn(c->ctx, &h);
+}
+
+void tk_lock_cut_begin(struct tk_lock_table *t,
+                       uint64_t now_us,
+                       tk_lock_cut_fn fn,
+                       void *ctx,
+                       struct tk_lock_cut_size *size)
+{
+    struct lock_cut *c = &t->cut;
+    TK_ASSERT(!c->running);
+    TK_ASSERT(fn != NULL);
+    uint8_t mark = (uint8_t)((c->mark ^ 1u) & 1u); /* every key is unlisted now */
+    *c = (struct lock_cut){.running = true,
+                           .mark = mark,
+                           .begin_us = now_us,
+                           .want = {t->nheld, t->held_bytes},
+                           .fn = fn,
+                           .ctx = ctx};
+    if (size != NULL)
+        *size = c->want;
+}
+
+static void cut_end(struct tk_lock_table *t)
+{
+    struct lock_cut *c = &t->cut;
+    c->running = false;
+    c->fn = NULL;
+    c->ctx = NULL;
+}
+
+bool tk_lock_cut_step(struct tk_lock_table *t, uint32_t budget)
+{
+    struct lock_cut *c = &t->cut;
+    TK_ASSERT(c->running);
+    uint32_t keys = 0, empty = 0;
+    while (c->arr < 2 && keys < budget && empty < CUT_STEP_EMPTY) {
+        const struct lock_ht *ht = &t->ht[c->arr];
+        if (c->bucket >= ht->size) {
+            c->arr++;
+            c->bucket = 0;
+            continue;
+        }
+        /* Buckets of ht[0] below `rehash` have moved (and are empty). */
+        struct lock_key *k = ht->b[c->bucket++];
+        if (k == NULL)
+            empty++;
+        for (; k != NULL; k = k->next, keys++)
+            lock_cut_visit(t, k); /* lists; never adds or removes keys */
+    }
+    if (c->arr < 2)
+        return false;
+    /* Every holder at the begin was listed, here or before its change. */
+    TK_ASSERT(c->done.count == c->want.count);
+    TK_ASSERT(c->done.key_owner_bytes == c->want.key_owner_bytes);
+    cut_end(t);
+    return true;
+}
+
+bool tk_lock_cut_running(const struct tk_lock_table *t)
+{
+    return t->cut.running;
+}
+
+void tk_lock_cut_abort(struct tk_lock_table *t)
+{
+    if (t->cut.running)
+        cut_end(t);
 }
 
 /* ---- Client index -------------------------------------------------------- */

@@ -23,6 +23,19 @@ struct early_req {
     char bytes[TK_KEY_LEN_MAX + TK_OWNER_LEN_MAX];
 };
 
+/* The shard's snapshot cut in progress: the piece being filled and what the
+ * whole cut holds. */
+struct shard_cut {
+    bool running;
+    uint64_t index;
+    uint8_t *buf;
+    size_t len, cap;
+    uint64_t count;    /* records in buf */
+    uint64_t sent_len; /* bytes in pieces already sent */
+    uint64_t next_us;  /* when the next slice is due */
+    uint64_t total_count, total_len;
+};
+
 struct tk_shard {
     struct tk_shard_options o;
     struct tk_msg_out out;
@@ -39,6 +52,7 @@ struct tk_shard {
     uint64_t read_barriers;
     struct early_req *early_head, *early_tail;
     uint64_t nearly;
+    struct shard_cut cut;
 };
 
 /* ------------------------------------------------------------------ */
@@ -261,93 +275,88 @@ static void set_role(struct tk_shard *sh, const struct tk_msg_role *m)
     replay_early(sh);
 }
 
-/* A cut in progress: records in table order and where each one is. Both
- * arrays are sized from the held count up front and double when needed. */
-struct snap_cut {
-    struct tk_msg_snap_part part;
-    size_t cap;
-    uint64_t recs_cap;
-};
+/* ------------------------------------------------------------------ */
+/* Snapshot cut: incremental (shard/lock.h), sent in pieces */
 
-static void snapshot_cut_fn(void *ctx, const struct tk_cmd *grant, uint32_t left_ms)
+static void cut_send(struct tk_shard *sh, bool final)
 {
-    struct snap_cut *sc = ctx;
-    struct tk_msg_snap_part *part = &sc->part;
-    if (sc->cap - part->len < TK_SNAP_RECORD_MAX) {
-        sc->cap = TK_MAX(sc->cap * 2, part->len + TK_SNAP_RECORD_MAX);
-        part->data = realloc(part->data, sc->cap);
-        TK_ASSERT(part->data != NULL);
+    struct shard_cut *c = &sh->cut;
+    struct tk_msg m = {.kind = TK_MSG_SNAP_PART,
+                       .u.snap_part = {.index = c->index,
+                                       .count = c->count,
+                                       .data = c->buf,
+                                       .len = c->len,
+                                       .total_count = c->total_count,
+                                       .total_len = c->total_len,
+                                       .final = final}};
+    tk_msg_send(&sh->out, TK_MSG_TO_DRIVER, &m); /* the driver frees buf */
+    c->sent_len += c->len;
+    c->buf = NULL;
+    c->len = c->cap = 0;
+    c->count = 0;
+    if (final) {
+        TK_ASSERT(c->sent_len == c->total_len);
+        c->running = false;
     }
-    if (part->count == sc->recs_cap) {
-        sc->recs_cap = TK_MAX(sc->recs_cap * 2, 1024);
-        part->recs = realloc(part->recs, sc->recs_cap * sizeof(*part->recs));
-        TK_ASSERT(part->recs != NULL);
+}
+
+/* One record of the cut, from a slice or from an apply that is about to
+ * change a key the cut has not listed yet. */
+static void cut_record(void *ctx, const struct tk_snap_holder *h)
+{
+    struct tk_shard *sh = ctx;
+    struct shard_cut *c = &sh->cut;
+    TK_ASSERT(c->running);
+    if (c->cap - c->len < TK_SNAP_RECORD_MAX) {
+        if (c->len > 0)
+            cut_send(sh, false);
+        c->cap = sh->o.cut_piece;
+        c->buf = malloc(c->cap);
+        TK_ASSERT(c->buf != NULL);
     }
-    size_t n = tk_snap_put(part->data + part->len, TK_SNAP_RECORD_MAX, grant, left_ms);
+    size_t n = tk_snap_put_holder(c->buf + c->len, c->cap - c->len, h);
     TK_ASSERT(n > 0);
-    part->recs[part->count] = (struct tk_snap_rec){grant->token, part->len, n};
-    part->len += n;
-    part->count++;
+    c->len += n;
+    c->count++;
 }
 
-/* Sorts the records by token: LSD radix sort on token - min, 16 bits a
- * pass, as many passes as the tokens' spread needs (one or two in
- * practice). Linear, and done here so the shards sort in parallel, off the
- * Raft thread, which only merges. */
-static void snapshot_sort(struct tk_msg_snap_part *part)
+static void cut_abort(struct tk_shard *sh)
 {
-    uint64_t n = part->count;
-    if (n < 2)
-        return;
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        lo = TK_MIN(lo, part->recs[i].token);
-        hi = TK_MAX(hi, part->recs[i].token);
-    }
-    struct tk_snap_rec *a = part->recs, *b = malloc(n * sizeof(*b));
-    uint32_t *count = malloc(65536 * sizeof(*count));
-    TK_ASSERT(b != NULL);
-    TK_ASSERT(count != NULL);
-    for (unsigned shift = 0; shift < 64 && ((hi - lo) >> shift) != 0; shift += 16) {
-        memset(count, 0, 65536 * sizeof(*count));
-        for (uint64_t i = 0; i < n; i++)
-            count[((a[i].token - lo) >> shift) & 0xffff]++;
-        uint32_t sum = 0;
-        for (uint32_t d = 0; d < 65536; d++) {
-            uint32_t c = count[d];
-            count[d] = sum;
-            sum += c;
-        }
-        for (uint64_t i = 0; i < n; i++)
-            b[count[((a[i].token - lo) >> shift) & 0xffff]++] = a[i];
-        struct tk_snap_rec *t = a;
-        a = b;
-        b = t;
-    }
-    free(count);
-    free(b);
-    part->recs = a;
-    for (uint64_t i = 1; i < n; i++)
-        TK_ASSERT(a[i].token > a[i - 1].token); /* tokens are unique */
+    struct shard_cut *c = &sh->cut;
+    tk_lock_cut_abort(sh->table);
+    free(c->buf);
+    memset(c, 0, sizeof(*c));
 }
 
+/* One slice, if one is due; the last one sends the final piece. */
+static void cut_step(struct tk_shard *sh)
+{
+    struct shard_cut *c = &sh->cut;
+    if (!c->running || sh->now_us < c->next_us)
+        return;
+    c->next_us = sh->now_us + TK_SHARD_CUT_EVERY_US;
+    if (tk_lock_cut_step(sh->table, sh->o.cut_slice))
+        cut_send(sh, true);
+}
+
+/* Starts this shard's cut right after entry `index` was applied: the
+ * driver queued the request behind it. A cut still running belongs to an
+ * older request the driver has given up on (an install came between). */
 static void snapshot_cut(struct tk_shard *sh, uint64_t index)
 {
-    struct tk_lock_stats ls;
-    tk_lock_stats(sh->table, &ls);
-    struct snap_cut sc = {.part = {.index = index}};
-    /* Most keys are short: 64 bytes a record covers them without growth. */
-    sc.cap = TK_MAX((size_t)ls.held * 64u, (size_t)TK_SNAP_RECORD_MAX);
-    sc.part.data = malloc(sc.cap);
-    sc.recs_cap = TK_MAX(ls.held, 1024u);
-    sc.part.recs = malloc(sc.recs_cap * sizeof(*sc.part.recs));
-    TK_ASSERT(sc.part.data != NULL);
-    TK_ASSERT(sc.part.recs != NULL);
-    tk_lock_each_holder_left(sh->table, sh->now_us, snapshot_cut_fn, &sc);
-    TK_ASSERT(sc.part.count == ls.held);
-    snapshot_sort(&sc.part);
-    struct tk_msg m = {.kind = TK_MSG_SNAP_PART, .u.snap_part = sc.part};
-    tk_msg_send(&sh->out, TK_MSG_TO_DRIVER, &m);
+    cut_abort(sh);
+    struct shard_cut *c = &sh->cut;
+    struct tk_lock_cut_size size;
+    tk_lock_cut_begin(sh->table, sh->now_us, cut_record, sh, &size);
+    c->running = true;
+    c->index = index;
+    c->total_count = size.count;
+    c->total_len = tk_snap_bytes(size.count, size.key_owner_bytes) - TK_SNAP_HEADER_LEN;
+    /* The first piece goes at once, whatever it holds: it tells the driver
+     * the cut's size, and the driver sizes the blob once every shard's has
+     * come. */
+    cut_send(sh, tk_lock_cut_step(sh->table, sh->o.cut_slice));
+    c->next_us = sh->now_us + TK_SHARD_CUT_EVERY_US;
 }
 
 /* Replaces the table by the holders of a snapshot (this shard's keys). The
@@ -355,6 +364,7 @@ static void snapshot_cut(struct tk_shard *sh, uint64_t index)
 static void install(struct tk_shard *sh, const struct tk_msg_install *in)
 {
     TK_ASSERT(!sh->leader);
+    cut_abort(sh);
     tk_lock_clear(sh->table);
     size_t pos = 0;
     for (uint64_t i = 0; i < in->count; i++) {
@@ -429,11 +439,13 @@ void tk_shard_tick(struct tk_shard *sh, uint64_t now_us)
     sh->now_us = now_us;
     if (tk_lock_next_deadline(sh->table) <= now_us)
         tk_lock_tick(sh->table, now_us, &sh->sink);
+    cut_step(sh);
 }
 
 uint64_t tk_shard_deadline(const struct tk_shard *sh)
 {
-    return tk_lock_next_deadline(sh->table);
+    uint64_t t = tk_lock_next_deadline(sh->table);
+    return sh->cut.running ? TK_MIN(t, sh->cut.next_us) : t;
 }
 
 bool tk_shard_leads(const struct tk_shard *sh)
@@ -474,6 +486,11 @@ struct tk_shard *tk_shard_create(const struct tk_shard_options *o,
     if (!sh)
         return NULL;
     sh->o = *o;
+    if (sh->o.cut_slice == 0)
+        sh->o.cut_slice = TK_SHARD_CUT_SLICE;
+    if (sh->o.cut_piece == 0)
+        sh->o.cut_piece = TK_SHARD_CUT_PIECE;
+    sh->o.cut_piece = TK_MAX(sh->o.cut_piece, (size_t)TK_SNAP_RECORD_MAX);
     sh->out = *out;
     sh->client = *client;
     sh->read_round = 1;
@@ -497,6 +514,7 @@ void tk_shard_destroy(struct tk_shard *sh)
         free(e);
         e = next;
     }
+    cut_abort(sh);
     tk_lock_destroy(sh->table);
     free(sh);
 }

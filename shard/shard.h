@@ -22,8 +22,13 @@
  *    asked once per round (tk_shard_flush()).
  *  - Leases: committed grants are stamped with the time passed in with the
  *    APPLY message's step, never an earlier one.
- *  - Snapshots: SNAP_REQ cuts the shard's holders in token order, each with
- *    what remains of its lease; INSTALL replaces the table.
+ *  - Snapshots: SNAP_REQ starts an incremental cut of the shard's holders
+ *    at that moment, each with what remains of its lease (shard/lock.h).
+ *    tk_shard_tick() lists TK_SHARD_CUT_SLICE keys of it at most once per
+ *    TK_SHARD_CUT_EVERY_US, and tk_shard_deadline() says when the next
+ *    slice is due; the records go to the driver in pieces of up to
+ *    TK_SHARD_CUT_PIECE bytes. INSTALL replaces
+ *    the table (and ends a cut still running).
  *
  * Bounds: held replies and early requests are each bounded by the requests
  * in flight on the node (requests_max), asserted.
@@ -33,6 +38,15 @@
 
 #include "core/msg.h"
 #include "shard/lock.h"
+
+/* Keys a snapshot cut visits per tick, and the size of the pieces it sends:
+ * a slice is well under a millisecond, so requests keep being served. */
+#define TK_SHARD_CUT_SLICE 2048u
+#define TK_SHARD_CUT_PIECE ((size_t)1 << 20)
+/* At most one slice per this much of the shard's clock: a cut takes a
+ * bounded share of the worker (a million keys in about half a second),
+ * however often its loop turns. */
+#define TK_SHARD_CUT_EVERY_US 1000u
 
 /* A connection reference carried with requests: shard (worker) | slot |
  * generation; a reference is never reused while a reply can still come. */
@@ -83,6 +97,10 @@ struct tk_shard_options {
     uint32_t idx, nshards;
     struct tk_lock_limits limits;
     uint64_t requests_max; /* requests in flight on the whole node */
+    /* Snapshot cut: keys per slice and bytes per piece; 0 takes
+     * TK_SHARD_CUT_SLICE and TK_SHARD_CUT_PIECE (tests cut small). */
+    uint32_t cut_slice;
+    size_t cut_piece;
 };
 
 struct tk_shard_stats {

@@ -1,11 +1,12 @@
-/* Fuzz target "snapshot": the TKSNAP02 blob a follower installs
- * (core/snap.h; net/raftd.c install_snapshot()).
+/* Fuzz target "snapshot": the TKSNAP03 blob a follower installs, and the
+ * TKSNAP02 one it still reads (core/snap.h; raft/driver.c
+ * install_snapshot()).
  *
  * The input is the blob. tk_snap_check() must accept exactly the blobs an
  * independent oracle accepts: the header, then records walked with
  * tk_snap_header()/tk_snap_next() until none is left, count equal to the
- * header's, tokens strictly increasing and below the bound, keys pairwise
- * distinct (a plain quadratic comparison). For an accepted blob:
+ * header's, tokens below the bound (and strictly increasing in a TKSNAP02
+ * blob), keys and tokens pairwise distinct (a plain quadratic comparison). For an accepted blob:
  *  - the blob is canonical: the header plus tk_snap_put() of every record
  *    gives back the same bytes;
  *  - installing it as a follower does (tk_lock_clear(), tk_lock_restore()
@@ -105,7 +106,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t header = 0;
     size_t pos = 0;
     if (tk_snap_header(blob, size, &header, &pos) == TK_OK) {
-        FUZZ_CHECK(pos == TK_SNAP_HEADER_LEN && memcmp(blob, TK_SNAP_MAGIC, 8) == 0);
+        bool v2 = memcmp(blob, TK_SNAP_MAGIC_V2, 8) == 0;
+        FUZZ_CHECK(pos == TK_SNAP_HEADER_LEN && (v2 || memcmp(blob, TK_SNAP_MAGIC, 8) == 0));
         ok = true;
         while (pos < size && ok) {
             size_t before = pos;
@@ -118,10 +120,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const struct tk_cmd *c = &recs[n];
             FUZZ_CHECK(c->type == TK_CMD_GRANT && c->token != 0 && tk_cmd_check(c) == TK_OK);
             FUZZ_CHECK(left[n] >= 1 && left[n] <= c->lease_ms);
-            if (c->token >= TOKEN_NEXT || (n > 0 && c->token <= recs[n - 1].token))
+            if (c->token >= TOKEN_NEXT || (v2 && n > 0 && c->token <= recs[n - 1].token))
                 ok = false;
             for (size_t j = 0; j < n && ok; j++)
-                if (recs[j].key_len == c->key_len && memcmp(recs[j].key, c->key, c->key_len) == 0)
+                if ((recs[j].key_len == c->key_len &&
+                     memcmp(recs[j].key, c->key, c->key_len) == 0) ||
+                    recs[j].token == c->token)
                     ok = false;
             n++;
         }
@@ -137,7 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Canonical: header and records encode back to the very same blob. */
     uint8_t *again = malloc(size);
     FUZZ_CHECK(again != NULL);
-    memcpy(again, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN);
+    memcpy(again, blob, TK_SNAP_MAGIC_LEN); /* either layout's magic */
     memcpy(again + TK_SNAP_MAGIC_LEN, &count, 8);
     size_t off = TK_SNAP_HEADER_LEN;
     for (size_t i = 0; i < n; i++) {

@@ -483,7 +483,10 @@ static int proc_start(struct sim *S, int addr, bool forced)
                                              .waiters_per_key_max = 8,
                                              .waiters_max = 64,
                                              .drift_us = DRIFT_US},
-                                  .requests_max = 1u << 16};
+                                  .requests_max = 1u << 16,
+                                  /* every cut spans rounds, in pieces of one record */
+                                  .cut_slice = 3,
+                                  .cut_piece = 1};
     struct tk_msg_out sout = {.ctx = &qctx_of[i][0], .put = q_put};
     struct tk_shard_client cl = {
         .ctx = &qctx_of[i][0], .reply = sh_reply, .refuse = sh_refuse, .role = sh_role};

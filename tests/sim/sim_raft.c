@@ -542,6 +542,12 @@ static void node_setup(struct scenario *s, struct sim_options *o)
         o->raft.snapshot_entries = TK_MAX(o->raft.log_entries_max / 4, 8);
         o->raft.snapshot_trailing = TK_MIN(o->raft.snapshot_entries / 2, 1024);
     }
+    if (tk_prng_range(&s->prng, 0, 3) != 0) {
+        /* Snapshot cuts that span many rounds, with commands applied
+         * between their slices, sent in many small pieces. */
+        no->cut_slice = (uint32_t)tk_prng_range(&s->prng, 1, 64);
+        no->cut_piece = (uint32_t)tk_prng_range(&s->prng, 1, 4096);
+    }
 }
 
 /* The environment varies per seed: timers, latency, loss, log bounds. */

@@ -1015,7 +1015,6 @@ static void free_owned(const struct qmsg *m)
         return;
     if (m->kind == TK_MSG_SNAP_PART) {
         free(x.u.snap_part.data);
-        free(x.u.snap_part.recs);
     } else {
         free(x.u.install.data);
     }
@@ -1254,8 +1253,12 @@ static struct tk_raft *hook_create(void *ctx, struct sim_node *n, const struct t
     P->d = tk_driver_create(&dopt, &dout, &io);
     CHECK(S, P->d != NULL, "tk_driver_create");
     for (uint32_t i = 0; i < P->nshards; i++) {
-        struct tk_shard_options so = {
-            .idx = i, .nshards = P->nshards, .limits = S->o.limits, .requests_max = 1u << 20};
+        struct tk_shard_options so = {.idx = i,
+                                      .nshards = P->nshards,
+                                      .limits = S->o.limits,
+                                      .requests_max = 1u << 20,
+                                      .cut_slice = S->o.cut_slice,
+                                      .cut_piece = S->o.cut_piece};
         struct tk_msg_out out = {.ctx = &P->thr[i], .put = put};
         struct tk_shard_client cl = {
             .ctx = &P->thr[i], .reply = sh_reply, .refuse = sh_refuse, .role = sh_role};

@@ -88,11 +88,12 @@ struct sim_nodes_options {
     uint64_t qdelay_max_us; /* a message between threads is readable after 1..this */
     uint32_t stall_ppm;     /* per round: the thread then stalls up to stall_max_us */
     uint64_t stall_max_us;
-    int32_t drift_ppm_max;        /* node clock rates within +-this */
-    uint64_t jump_max_us;         /* forward jumps of a node clock, at most this... */
-    uint64_t jump_window_us;      /* ...in total within any window this long */
-    bool client_true_clock;       /* clients count leases on the true clock */
-    struct tk_lock_limits limits; /* per shard */
+    int32_t drift_ppm_max;         /* node clock rates within +-this */
+    uint64_t jump_max_us;          /* forward jumps of a node clock, at most this... */
+    uint64_t jump_window_us;       /* ...in total within any window this long */
+    bool client_true_clock;        /* clients count leases on the true clock */
+    struct tk_lock_limits limits;  /* per shard */
+    uint32_t cut_slice, cut_piece; /* snapshot cut per shard (0: the defaults) */
 };
 
 struct sim_nodes_stats {

@@ -391,7 +391,6 @@ Test(node, install_carries_the_lease_left)
             .index = 99, .count = 1, .data = part.u.snap_part.data, .len = part.u.snap_part.len}};
     tk_msg_encode(&in, buf);
     tk_shard_message(f.sh[s], f.now, TK_MSG_TO_DRIVER, TK_MSG_INSTALL, buf, tk_msg_size(&in));
-    free(part.u.snap_part.recs);
     role.u.role = (struct tk_msg_role){.epoch = 101, .lead = true};
     tk_msg_encode(&role, buf);
     tk_shard_message(f.sh[s], f.now, TK_MSG_TO_DRIVER, TK_MSG_ROLE, buf, tk_msg_size(&role));
