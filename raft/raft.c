@@ -22,6 +22,7 @@ void tk_raft_options_default(struct tk_raft_options *o, uint64_t id, uint64_t se
     o->log_bytes_max = 1ull << 30;
     o->snapshot_entries = 1u << 16;
     o->snapshot_bytes = 64u << 20;
+    o->snapshot_log_share = 4;
     o->snapshot_trailing = 1024;
     o->snapshot_bytes_max = 4ull << 30;
     o->snapshot_chunk_bytes = 1u << 20;

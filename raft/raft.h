@@ -332,11 +332,15 @@ struct tk_raft_options {
     uint64_t log_entries_max; /* entries in memory; a leader refuses proposals past it */
     uint64_t log_bytes_max;   /* data bytes in memory; likewise */
     /* Ask for a snapshot when this many applied entries follow the last
-     * one, or this many data bytes; and in any case at half of
-     * log_entries_max or log_bytes_max, so that the log can shrink before
-     * it reaches its bound. */
+     * one, or this many data bytes, once those entries' bytes are at
+     * least 1/snapshot_log_share of the last snapshot's (a cut lists the
+     * whole state: it is not repeated for a log much smaller than that; 0
+     * turns this off); and in any case at half of log_entries_max or
+     * log_bytes_max, so that the log can shrink before it reaches its
+     * bound. */
     uint64_t snapshot_entries;
     uint64_t snapshot_bytes;
+    uint32_t snapshot_log_share; /* default 4 */
     /* Entries kept before the snapshot index, so that a follower just
      * behind it catches up with Appends rather than a snapshot. Bounded as
      * well by a quarter of log_entries_max, and in bytes by the smaller of

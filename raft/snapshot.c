@@ -125,12 +125,19 @@ void raft_snapshot_maybe_ask(struct tk_raft *r, struct tk_raft_update *up)
         return;
     uint64_t entries = r->applied - r->snap.index;
     uint64_t bytes = raft_log_cum(&r->log, r->applied) - raft_log_cum(&r->log, r->snap.index);
-    /* Also at half the log bounds, so that the log can shrink before a
-     * leader has to refuse proposals, whatever the options say. */
-    uint64_t entries_max = TK_MIN(r->opt.snapshot_entries, r->opt.log_entries_max / 2);
-    uint64_t bytes_max = TK_MIN(r->opt.snapshot_bytes, r->opt.log_bytes_max / 2);
-    if (entries < entries_max && bytes < bytes_max)
-        return;
+    /* At half the log bounds in any case, so that the log can shrink
+     * before a leader has to refuse proposals, whatever the options say. */
+    bool hard = entries >= r->opt.log_entries_max / 2 || bytes >= r->opt.log_bytes_max / 2;
+    if (!hard) {
+        if (entries < r->opt.snapshot_entries && bytes < r->opt.snapshot_bytes)
+            return;
+        /* A cut lists the whole state: while the log since the last one
+         * holds less than a share of that snapshot's bytes, the next waits
+         * (for the hard bounds at the latest), so that a large table with
+         * a busy log is not cut over and over for little. */
+        if (r->opt.snapshot_log_share != 0 && bytes < r->snap.len / r->opt.snapshot_log_share)
+            return;
+    }
     r->snapshot_asked_index = r->applied;
     up->flags |= TK_RAFT_UPDATE_SNAPSHOT_WANTED;
     up->snapshot_index = r->applied;

@@ -300,6 +300,8 @@ Test(raft, snapshot_transfer_to_a_slow_follower_outlives_newer_snapshots)
     /* No jitter: frames on a link arrive in order, as on the TCP peer
      * links (reordering is sim_raft's and raft_log's business). */
     o.lat_min_us = o.lat_max_us = 500;
+    /* Snapshots far bigger than the log between them, taken anyway. */
+    o.raft.snapshot_log_share = 0;
     sim_init(&C, &o, 3);
     C.hooks.snapshot = big_snapshot;
     C.hooks.install = big_install;
@@ -330,6 +332,40 @@ Test(raft, snapshot_transfer_to_a_slow_follower_outlives_newer_snapshots)
     uint64_t last = tk_raft_last_index(C.nodes[l].r);
     cr_assert(sim_run_while(&C, C.now + 2 * SEC, all_committed, &last));
     cr_assert_eq(C.nodes[f].chain, C.nodes[l].chain);
+}
+
+/* Snapshots the leader takes over 1,000 small entries, with big blobs. */
+static uint64_t snapshots_over_small_entries(uint32_t log_share)
+{
+    struct sim_options o;
+    sim_options_default(&o, 23);
+    o.raft.snapshot_log_share = log_share;
+    sim_init(&C, &o, 3);
+    C.hooks.snapshot = big_snapshot;
+    C.hooks.install = big_install;
+    int l = boot_and_elect();
+    uint64_t taken0 = C.nodes[l].snapshots_taken;
+    for (int i = 0; i < 1000; i++) {
+        propose_ok(l, "load", 1);
+        sim_run_until(&C, C.now + MS);
+    }
+    cr_assert_eq(sim_leader(&C), l);
+    uint64_t taken = C.nodes[l].snapshots_taken - taken0;
+    sim_free(&C);
+    memset(&C, 0, sizeof(C));
+    return taken;
+}
+
+/* A cut lists the whole state, so a log much smaller than the last
+ * snapshot does not ask for the next one at snapshot_entries (48 here),
+ * only at half the log's entry bound (128), which still comes. */
+Test(raft, a_small_log_waits_for_a_share_of_the_last_snapshot)
+{
+    uint64_t every = snapshots_over_small_entries(0);
+    uint64_t shared = snapshots_over_small_entries(4);
+    cr_assert_geq(every, 1000 / 48 - 1, "without the share: %llu", (unsigned long long)every);
+    cr_assert_leq(shared, 1000 / 128 + 1, "with the share: %llu", (unsigned long long)shared);
+    cr_assert_geq(shared, 1000 / 128 - 1, "with the share: %llu", (unsigned long long)shared);
 }
 
 Test(raft, a_dead_follower_does_not_keep_the_snapshot_from_a_live_one)
