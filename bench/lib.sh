@@ -238,10 +238,11 @@ tk_serving() {
 
 # tk_metric I NAME: the value of NAME (with its labels, e.g.
 # 'raft_snapshots_total{event="taken"}', without the ticketing_ prefix) in
-# node I's /metrics; fails when the node or the line is not there.
+# node I's /metrics; fails when the node or the line is not there. (awk
+# reads to the end: leaving early would fail curl's write, and the pipe.)
 tk_metric() {
-    curl -s -m 2 "http://127.0.0.1:$((TK_PORTS[$1] + 2))/metrics" |
-        awk -v n="ticketing_$2" '$1 == n { print $2; found = 1; exit } END { exit !found }'
+    curl -s -m 5 "http://127.0.0.1:$((TK_PORTS[$1] + 2))/metrics" |
+        awk -v n="ticketing_$2" '$1 == n { v = $2; found = 1 } END { if (found) print v; exit !found }'
 }
 
 # Index (0-2) of the node whose /status says it serves as leader.
