@@ -1,10 +1,15 @@
-# Helpers shared by bench/run.sh and bench/smoke.sh (sourced, not run):
-# start and stop 3-node Ticketing and etcd clusters and one Redis on
-# 127.0.0.1, find leaders, read their pids. Every process started here is
-# recorded in BENCH_PIDS; bench_cleanup (run from an EXIT trap) kills
-# exactly those and removes BENCH_TMP.
+# shellcheck shell=bash
+# Helpers shared by bench/run.sh, bench/scale.sh, bench/rejoin.sh and
+# bench/smoke.sh (sourced, not run): install the systems compared, start and
+# stop 3-node Ticketing and etcd clusters and one Redis on 127.0.0.1, find
+# leaders, read their pids and metrics, hold many keys. Every process
+# started here is recorded in BENCH_PIDS; bench_cleanup (run from an EXIT
+# trap) kills exactly those and removes BENCH_TMP.
 #
 # Needs: curl, jq (for etcd's JSON status).
+# The variables set for the calling script (TK_ADDRS, HOLD_ARGS, ...) look
+# unused to shellcheck here.
+# shellcheck disable=SC2034
 
 BENCH_PIDS=()
 BENCH_TMP=${BENCH_TMP:-}
@@ -65,6 +70,89 @@ bench_cleanup() {
     if [[ -n "${ETCD_SHM_DIR:-}" && -d "$ETCD_SHM_DIR" ]]; then
         rm -rf "$ETCD_SHM_DIR"
     fi
+    if [[ $BENCH_POLICY_CREATED == 1 ]]; then
+        rm -f /usr/sbin/policy-rc.d
+        BENCH_POLICY_CREATED=0
+    fi
+}
+
+# ---- what the comparisons need --------------------------------------------------
+
+BENCH_POLICY_CREATED=0
+
+# bench_install INSTALL: installs what is missing of etcd-server,
+# etcd-client, redis-server, gnuplot-nox, jq and curl (Debian packages) when
+# INSTALL is 1; with 0, names what is missing and returns 1. Debian's
+# etcd-server and redis-server start a service on install; a policy-rc.d
+# that says "no" keeps them from starting (the benches run their own on
+# other ports). Only one created here is removed afterwards (bench_cleanup
+# too, if the install is interrupted).
+bench_install() {
+    local install=$1 need=()
+    command -v etcd >/dev/null || need+=(etcd-server)
+    command -v etcdctl >/dev/null || need+=(etcd-client)
+    command -v redis-server >/dev/null || need+=(redis-server)
+    command -v gnuplot >/dev/null || need+=(gnuplot-nox)
+    command -v jq >/dev/null || need+=(jq)
+    command -v curl >/dev/null || need+=(curl)
+    ((${#need[@]})) || return 0
+    if [[ $install == 0 ]]; then
+        echo "missing: ${need[*]} (run without --no-install)" >&2
+        return 1
+    fi
+    bench_log "installing ${need[*]}"
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        BENCH_POLICY_CREATED=1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    if [[ $BENCH_POLICY_CREATED == 1 ]]; then
+        rm -f /usr/sbin/policy-rc.d
+        BENCH_POLICY_CREATED=0
+    fi
+}
+
+# bench_build ROOT BUILD: Release ticketingd and ticketing-bench in BUILD.
+bench_build() {
+    bench_log "building (Release) in $2"
+    cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$2" -j2 --target ticketingd ticketing-bench >/dev/null
+}
+
+# bench_commit ROOT: the short commit of the tree measured, "-dirty" when
+# tracked files differ from it.
+bench_commit() {
+    local c
+    c=$(git -C "$1" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    if [[ -n "$(git -C "$1" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
+        c="$c-dirty"
+    fi
+    echo "$c"
+}
+
+# bench_machine_json: this machine and the compared versions, one JSON object.
+bench_machine_json() {
+    jq -n -c --arg cpu "$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)" \
+        --arg cores "$(nproc)" --arg mem "$(free -g | awk '/Mem:/ { print $2 " GiB" }')" \
+        --arg kernel "$(uname -r)" --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" \
+        --arg etcd "$(etcd --version 2>/dev/null | head -n 1)" \
+        --arg redis "$(redis-server --version 2>/dev/null | cut -d' ' -f3)" \
+        '{machine: {cpu: $cpu, cores: ($cores | tonumber), memory: $mem, kernel: $kernel,
+                    loadavg_at_end: $load, shared: true},
+          versions: {etcd: $etcd, redis: $redis}}'
+}
+
+# hold_args N DEPTH: sets HOLD_ARGS to the ticketing-bench arguments that
+# hold N keys (the memory scenario: acquired with wait 0 and a 250 s lease,
+# the longest there is, never released) over 64 connections of DEPTH slots.
+# Add --driver, --addr and for the memory figures --rss-pid (and
+# --admin-port for Ticketing). Whatever is measured with the keys held must
+# end within the lease.
+HOLD_LEASE_MS=250000
+hold_args() {
+    HOLD_ARGS=(--scenario memory --mem-keys "$1" --conns 64 --depth "$2" --lease-ms "$HOLD_LEASE_MS")
 }
 
 # port_free and reserve_ports (ports locked against every other test or
@@ -102,7 +190,7 @@ tk_spawn() {
         --advertise "127.0.0.1:${TK_PORTS[$i]}" --peers "$TK_PEERS" \
         --client-secret-file "$TK_SECRET" --peer-secret-file "$TK_DIR/peer.secret" \
         --threads "$TK_THREADS" --log-level 1 "${TK_EXTRA[@]}" >>"$TK_DIR/node$i.log" 2>&1 &
-    TK_PIDS[$i]=$!
+    TK_PIDS[i]=$!
     BENCH_PIDS+=($!)
     disown $!
 }
@@ -146,6 +234,15 @@ tk_ready() {
 # True once node I's /status says it serves (leads).
 tk_serving() {
     curl -s -m 1 "http://127.0.0.1:$((TK_PORTS[$1] + 2))/status" | grep -q '"serving":true'
+}
+
+# tk_metric I NAME: the value of NAME (with its labels, e.g.
+# 'raft_snapshots_total{event="taken"}', without the ticketing_ prefix) in
+# node I's /metrics; fails when the node or the line is not there. (awk
+# reads to the end: leaving early would fail curl's write, and the pipe.)
+tk_metric() {
+    curl -s -m 5 "http://127.0.0.1:$((TK_PORTS[$1] + 2))/metrics" |
+        awk -v n="ticketing_$2" '$1 == n { v = $2; found = 1 } END { if (found) print v; exit !found }'
 }
 
 # Index (0-2) of the node whose /status says it serves as leader.

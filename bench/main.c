@@ -38,6 +38,7 @@ struct result {
     struct bcount cnt;
     struct bhist hist, hist_rel;
     double window_s;
+    double setup_s; /* from the first connect to the last connection ready */
     uint64_t max_gap_ms;
     double max_gap_at_s;
     uint64_t rss_before_kb, rss_after_kb;
@@ -382,8 +383,8 @@ static void print_json(FILE *f, struct bench *b, struct result *r, bool checks_o
             b->fifo_probe ? "true" : "false", b->fifo_bound, (unsigned long long)c->fifo_bypass,
             (unsigned long long)c->bypass_max,
             c->bypass_n ? (double)c->bypass_sum / (double)c->bypass_n : 0.0);
-    fprintf(f, "\"max_gap_ms\":%llu,\"max_gap_at_s\":%.3f", (unsigned long long)r->max_gap_ms,
-            r->max_gap_at_s);
+    fprintf(f, "\"setup_s\":%.3f,\"max_gap_ms\":%llu,\"max_gap_at_s\":%.3f", r->setup_s,
+            (unsigned long long)r->max_gap_ms, r->max_gap_at_s);
     if (b->scenario == SC_MEMORY) {
         double items = r->mem_items ? (double)r->mem_items : 1.0;
         double per = r->rss_after_kb > r->rss_before_kb
@@ -431,12 +432,12 @@ static void print_summary(struct bench *b, struct result *r, bool checks_ok)
     fprintf(stderr,
             "%-9s %-11s %-12s conns=%u depth=%u %s%s: %.0f grants/s, %.0f pairs/s, "
             "%.1f timeouts/s | acquire p50 %.0fus p99 %.0fus p99.9 %.0fus max %.0fus | "
-            "gap %llums | errors %llu, indeterminate %llu | checks %s",
+            "gap %llums, setup %.1fs | errors %llu, indeterminate %llu | checks %s",
             b->drv->name, b->label, b->scenario_name, b->nconns, b->depth,
             b->rate > 0 ? "open " : "closed", b->tls_ctx ? " tls" : "", (double)c->grants / w,
             (double)c->released / w, (double)c->timeouts / w, us(bhist_percentile(h, 50)),
             us(bhist_percentile(h, 99)), us(bhist_percentile(h, 99.9)), us(h->max),
-            (unsigned long long)r->max_gap_ms, (unsigned long long)c->errors,
+            (unsigned long long)r->max_gap_ms, r->setup_s, (unsigned long long)c->errors,
             (unsigned long long)c->indeterminate, checks_ok ? "ok" : "FAILED");
     if (c->bypass_n)
         fprintf(stderr, " (bypass max %llu, bound %u)", (unsigned long long)c->bypass_max,
@@ -838,6 +839,7 @@ static int measure(struct bench *b, struct result *res, bool progress)
            !atomic_load_explicit(&b->tls_failed, memory_order_acquire) &&
            bench_now() - t0 < (uint64_t)(READY_TIMEOUT_S * 1e9))
         sleep_ms(5);
+    res->setup_s = secs(bench_now() - t0);
     int status = 0;
     if (atomic_load_explicit(&b->tls_failed, memory_order_acquire)) {
         /* Certificates or a plaintext server: no retry will fix it. */

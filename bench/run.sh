@@ -40,14 +40,7 @@ done
 source "$HERE/lib.sh"
 bench_tmp_init
 ETCD_SHM_DIR=$(mktemp -d /dev/shm/tk-bench-etcd.XXXXXX)
-POLICY_CREATED=0
-on_exit() {
-    local rc=$?
-    bench_cleanup
-    if [[ $POLICY_CREATED == 1 ]]; then rm -f /usr/sbin/policy-rc.d; fi
-    exit $rc
-}
-trap on_exit EXIT
+trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- parameters: the same for every system ----------------------------------------
@@ -71,44 +64,13 @@ BENCH_PREFIX=()     # placement runs: taskset for the load generator
 NODE_THREADS=2      # ticketingd --threads of the main table (two workers and a Raft thread)
 FO_LEASE_MS=3000
 
-# ---- install -----------------------------------------------------------------------
-need_pkgs=()
-command -v etcd >/dev/null || need_pkgs+=(etcd-server)
-command -v etcdctl >/dev/null || need_pkgs+=(etcd-client)
-command -v redis-server >/dev/null || need_pkgs+=(redis-server)
-command -v gnuplot >/dev/null || need_pkgs+=(gnuplot-nox)
-command -v jq >/dev/null || need_pkgs+=(jq)
-command -v curl >/dev/null || need_pkgs+=(curl)
-if ((${#need_pkgs[@]})); then
-    if [[ $INSTALL == 0 ]]; then
-        echo "missing: ${need_pkgs[*]} (run without --no-install)" >&2
-        exit 1
-    fi
-    bench_log "installing ${need_pkgs[*]}"
-    # Debian's etcd-server and redis-server start a service on install; a
-    # policy-rc.d that says "no" keeps them from starting (we run our own
-    # on other ports). Only one we created ourselves is removed afterwards.
-    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-        chmod 755 /usr/sbin/policy-rc.d
-        POLICY_CREATED=1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
-    if [[ $POLICY_CREATED == 1 ]]; then rm -f /usr/sbin/policy-rc.d; POLICY_CREATED=0; fi
-fi
-
-# ---- build -------------------------------------------------------------------------
+# ---- install and build -----------------------------------------------------------
+bench_install "$INSTALL"
 BUILD="$ROOT/build-bench"
-bench_log "building (Release) in $BUILD"
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j2 --target ticketingd ticketing-bench >/dev/null
+bench_build "$ROOT" "$BUILD"
 BENCH="$BUILD/ticketing-bench"
 
-COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [[ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
-    COMMIT="$COMMIT-dirty"
-fi
+COMMIT=$(bench_commit "$ROOT")
 DAY=$(date -u +%Y-%m-%d)
 RESULTS="$HERE/results"
 mkdir -p "$RESULTS"
@@ -304,10 +266,10 @@ if [[ $MEMORY == 1 ]]; then
         --max-waiters $((MEM_WAITERS * 2)) --max-connections 20000 --max-inflight 8192
     li=$(tk_leader_index)
     prefix="mem$RANDOM-"
+    hold_args "$MEM_KEYS" 256
     run_bench ticketing memory-keys --driver ticketing --addr "$TK_ADDRS" \
-        --secret-file "$TK_SECRET" --scenario memory --mem-keys "$MEM_KEYS" --conns 64 \
-        --depth 256 --lease-ms 250000 --rss-pid "${TK_PIDS[$li]}" --prefix "$prefix" \
-        --admin-port $((TK_PORTS[li] + 2))
+        --secret-file "$TK_SECRET" "${HOLD_ARGS[@]}" --rss-pid "${TK_PIDS[$li]}" \
+        --prefix "$prefix" --admin-port $((TK_PORTS[li] + 2))
     wconns=$(((MEM_WAITERS + 3999) / 4000))
     run_bench ticketing memory-waiters --driver ticketing --addr "$TK_ADDRS" \
         --secret-file "$TK_SECRET" --scenario memory --mem-waiters "$MEM_WAITERS" \
@@ -317,15 +279,16 @@ if [[ $MEMORY == 1 ]]; then
 
     bench_log "memory: Redis, $MEM_KEYS held keys"
     start_redis
-    run_bench redis memory-keys --driver redis --addr "$REDIS_ADDR" --scenario memory \
-        --mem-keys "$MEM_KEYS" --conns 64 --depth 256 --lease-ms 250000 --rss-pid "$REDIS_PID"
+    hold_args "$MEM_KEYS" 256
+    run_bench redis memory-keys --driver redis --addr "$REDIS_ADDR" "${HOLD_ARGS[@]}" \
+        --rss-pid "$REDIS_PID"
     stop_redis
 
     bench_log "memory: etcd (tmpfs), $ETCD_MEM_KEYS held keys"
     start_etcd "$ETCD_SHM_DIR"
     li=$(etcd_leader_index)
-    run_bench etcd-tmpfs memory-keys --driver etcd --addr "$ETCD_ADDRS" --scenario memory \
-        --mem-keys "$ETCD_MEM_KEYS" --conns 64 --depth 4 --lease-ms 250000 \
+    hold_args "$ETCD_MEM_KEYS" 4
+    run_bench etcd-tmpfs memory-keys --driver etcd --addr "$ETCD_ADDRS" "${HOLD_ARGS[@]}" \
         --rss-pid "${ETCD_PIDS[$li]}"
     stop_etcd
 fi
@@ -333,23 +296,15 @@ fi
 # ---- results -----------------------------------------------------------------------------
 ELAPSED=$((SECONDS - START))
 CMD="bench/run.sh${*:+ $*}"
-MODEL=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
-jq -s --arg date "$DAY" --arg rounds "$ROUNDS" --arg commit "$COMMIT" --arg cmd "$CMD" --arg cpu "$MODEL" \
-    --arg cores "$(nproc)" --arg mem "$(free -g | awk '/Mem:/ { print $2 " GiB" }')" \
-    --arg kernel "$(uname -r)" --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" \
-    --arg etcd "$(etcd --version 2>/dev/null | head -n 1)" \
-    --arg redis "$(redis-server --version 2>/dev/null | cut -d' ' -f3)" \
-    --arg elapsed "$ELAPSED" --arg quick "$QUICK" \
-    '{meta: {date: $date, commit: $commit, command: $cmd, quick: ($quick == "1"),
+jq -s --arg date "$DAY" --arg rounds "$ROUNDS" --arg commit "$COMMIT" --arg cmd "$CMD" \
+    --argjson host "$(bench_machine_json)" --arg elapsed "$ELAPSED" --arg quick "$QUICK" \
+    '{meta: ({date: $date, commit: $commit, command: $cmd, quick: ($quick == "1"),
              rounds: ($rounds | tonumber),
-             elapsed_s: ($elapsed | tonumber),
-             machine: {cpu: $cpu, cores: ($cores | tonumber), memory: $mem, kernel: $kernel,
-                       loadavg_at_end: $load, shared: true},
-             versions: {etcd: $etcd, redis: $redis},
+             elapsed_s: ($elapsed | tonumber)} + $host + {
              setup: {ticketing: "3 nodes, ticketingd --threads '"$NODE_THREADS"' (defaults otherwise)",
                      etcd: "3 members, defaults (heartbeat 100 ms, election 1000 ms), JSON gateway",
                      redis: "1 process, --save \"\" --appendonly no, no replica",
-                     bench: "ticketing-bench --threads '"$BENCH_THREADS"', same machine"}},
+                     bench: "ticketing-bench --threads '"$BENCH_THREADS"', same machine"}}),
       runs: .}' <(for ((r = 1; r <= ROUNDS; r++)); do
                    jq -c --argjson r "$r" '. + {round: $r}' "$BENCH_TMP/round$r.jsonl"; done) \
     >"$RESULTS/$NAME.json"
