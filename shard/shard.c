@@ -33,6 +33,7 @@ struct shard_cut {
     uint64_t count;    /* records in buf */
     uint64_t sent_len; /* bytes in pieces already sent */
     uint64_t next_us;  /* when the next slice is due */
+    uint64_t begin_us;
     uint64_t total_count, total_len;
 };
 
@@ -335,7 +336,12 @@ static void cut_step(struct tk_shard *sh)
     if (!c->running || sh->now_us < c->next_us)
         return;
     c->next_us = sh->now_us + TK_SHARD_CUT_EVERY_US;
-    if (tk_lock_cut_step(sh->table, sh->o.cut_slice))
+    /* Gentle first, then twice the slice for every second the cut has run:
+     * a big table is still cut in seconds, before the log it lets shrink
+     * reaches its bound. */
+    uint64_t secs = (sh->now_us - TK_MIN(sh->now_us, c->begin_us)) / 1000000u;
+    uint32_t slice = sh->o.cut_slice << TK_MIN(secs, (uint64_t)TK_SHARD_CUT_DOUBLINGS);
+    if (tk_lock_cut_step(sh->table, slice))
         cut_send(sh, true);
 }
 
@@ -350,6 +356,7 @@ static void snapshot_cut(struct tk_shard *sh, uint64_t index)
     tk_lock_cut_begin(sh->table, sh->now_us, cut_record, sh, &size);
     c->running = true;
     c->index = index;
+    c->begin_us = sh->now_us;
     c->total_count = size.count;
     c->total_len = tk_snap_bytes(size.count, size.key_owner_bytes) - TK_SNAP_HEADER_LEN;
     /* The first piece goes at once, whatever it holds: it tells the driver

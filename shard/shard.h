@@ -24,11 +24,10 @@
  *    APPLY message's step, never an earlier one.
  *  - Snapshots: SNAP_REQ starts an incremental cut of the shard's holders
  *    at that moment, each with what remains of its lease (shard/lock.h).
- *    tk_shard_tick() lists TK_SHARD_CUT_SLICE keys of it at most once per
- *    TK_SHARD_CUT_EVERY_US, and tk_shard_deadline() says when the next
- *    slice is due; the records go to the driver in pieces of up to
- *    TK_SHARD_CUT_PIECE bytes. INSTALL replaces
- *    the table (and ends a cut still running).
+ *    tk_shard_tick() lists one slice of it (TK_SHARD_CUT_SLICE keys, more
+ *    as the cut goes on) at most once per TK_SHARD_CUT_EVERY_US, and
+ *    tk_shard_deadline() says when the next slice is due; the records go to the driver in pieces of
+ * up to TK_SHARD_CUT_PIECE bytes. INSTALL replaces the table (and ends a cut still running).
  *
  * Bounds: held replies and early requests are each bounded by the requests
  * in flight on the node (requests_max), asserted.
@@ -39,14 +38,17 @@
 #include "core/msg.h"
 #include "shard/lock.h"
 
-/* Keys a snapshot cut visits per tick, and the size of the pieces it sends:
- * a slice is well under a millisecond, so requests keep being served. */
-#define TK_SHARD_CUT_SLICE 2048u
-#define TK_SHARD_CUT_PIECE ((size_t)1 << 20)
-/* At most one slice per this much of the shard's clock: a cut takes a
- * bounded share of the worker (a million keys in about half a second),
- * however often its loop turns. */
+/* Keys a snapshot cut visits per slice, and the size of the pieces it
+ * sends: a slice is a small fraction of a millisecond, so requests keep
+ * being served. At most one slice per TK_SHARD_CUT_EVERY_US of the shard's
+ * clock, so a cut takes a bounded share of the worker however often its
+ * loop turns; the slice doubles for every second the cut has run (up to
+ * TK_SHARD_CUT_DOUBLINGS times), so a shard of 500,000 held keys is cut in
+ * about 1.5 s and one of 5,000,000 in about 5 s. */
+#define TK_SHARD_CUT_SLICE 256u
 #define TK_SHARD_CUT_EVERY_US 1000u
+#define TK_SHARD_CUT_DOUBLINGS 6u
+#define TK_SHARD_CUT_PIECE ((size_t)1 << 20)
 
 /* A connection reference carried with requests: shard (worker) | slot |
  * generation; a reference is never reused while a reply can still come. */
