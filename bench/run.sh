@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Ticketing vs etcd vs Redis, side by side, in one run on this machine.
 #
-#   bench/run.sh [--quick] [--no-install] [--skip-etcd-disk] [--skip-memory]
+#   bench/run.sh [--quick] [--no-install] [--skip-etcd-disk] [--skip-memory] [--scale]
 #
 # Installs what is missing (etcd-server, etcd-client, redis-server,
 # gnuplot-nox, jq, curl: Debian packages), builds ticketingd and
@@ -17,6 +17,8 @@
 # measures the common scenarios in two rounds (each system once per round,
 # fresh clusters); the report takes the better round of each system, the
 # JSON keeps both. The machine is shared: one round can land on a busy minute.
+# --scale then runs bench/scale.sh (held keys, connections, snapshots under
+# load, rolling restarts; docs/benchmarks.md section 11) at the same size.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -25,13 +27,15 @@ QUICK=0
 INSTALL=1
 ETCD_DISK=1
 MEMORY=1
+SCALE=0
 for arg in "$@"; do
     case "$arg" in
     --quick) QUICK=1 ;;
     --no-install) INSTALL=0 ;;
     --skip-etcd-disk) ETCD_DISK=0 ;;
     --skip-memory) MEMORY=0 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    --scale) SCALE=1 ;;
+    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "unknown argument $arg" >&2; exit 2 ;;
     esac
 done
@@ -310,3 +314,10 @@ jq -s --arg date "$DAY" --arg rounds "$ROUNDS" --arg commit "$COMMIT" --arg cmd 
     >"$RESULTS/$NAME.json"
 "$HERE/report.sh" "$RESULTS/$NAME.json" "$RESULTS/$NAME"
 bench_log "done in ${ELAPSED}s: $RESULTS/$NAME.json, $NAME.md, $NAME-*.png"
+# --scale: the cost at scale as well (bench/scale.sh, its own results files),
+# with the same size and the servers just built.
+if [[ $SCALE == 1 ]]; then
+    scale_args=(--no-install --build "$BUILD")
+    [[ $QUICK == 1 ]] && scale_args+=(--quick)
+    "$HERE/scale.sh" "${scale_args[@]}"
+fi
