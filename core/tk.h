@@ -92,7 +92,8 @@ uint64_t tk_hash(const void *data, size_t len);
 /* snprintf and vsnprintf for the pure cores (which include no stdio):
  * the length written, less than cap, always NUL-terminated (cap > 0). */
 size_t tk_fmt(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-size_t tk_vfmt(char *buf, size_t cap, const char *fmt, va_list ap);
+size_t tk_vfmt(char *buf, size_t cap, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 /* A wall-clock time (us since the Unix epoch) as "YYYY-MM-DDTHH:MM:SSZ"
  * in buf; returns buf. */
 const char *tk_wall_str(uint64_t wall_us, char *buf, size_t cap);
