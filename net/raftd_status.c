@@ -279,9 +279,6 @@ void raftd_publish(struct tk_raftd *r)
         {"raft_snapshots_total{event=\"sent\"}", "counter", NULL, m->snapshots_sent},
         {"raft_snapshots_total{event=\"installed\"}", "counter", NULL, m->snapshots_installed},
         {"raft_snapshot_bytes", "gauge", "Size of the last snapshot taken", ds.last_snapshot_bytes},
-        {"raft_snapshot_cut_ms", "gauge",
-         "Time the last snapshot's incremental cut took, from asking the shards to the whole blob",
-         ds.last_snapshot_cut_us / 1000u},
         {"raft_proposals_refused_total", "counter", "Proposals the core refused",
          m->proposals_refused},
         {"raft_messages_invalid_total", "counter",
@@ -351,6 +348,12 @@ void raftd_publish(struct tk_raftd *r)
         tk_put(mbuf, mcap, &moff, "ticketing_%s %llu\n", rows[i].name,
                (unsigned long long)rows[i].v);
     }
+    tk_put(mbuf, mcap, &moff,
+           "# HELP ticketing_raft_snapshot_cut_seconds Time the last snapshot's incremental cut "
+           "took, from asking the shards to the whole blob.\n"
+           "# TYPE ticketing_raft_snapshot_cut_seconds gauge\n"
+           "ticketing_raft_snapshot_cut_seconds %g\n",
+           (double)ds.last_snapshot_cut_us / 1e6);
     member_metrics(r, &st, mbuf, mcap, &moff);
     moff = TK_MIN(moff, mcap - 1);
     pthread_mutex_lock(&r->pub_mu);
