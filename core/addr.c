@@ -225,9 +225,13 @@ int tk_addr_parse_host(const char *text, size_t len, struct tk_addr *a, const ch
     memset(a, 0, sizeof(*a));
     if (len >= 2 && text[0] == '[' && text[len - 1] == ']')
         w = addr_host_check(text + 1, len - 2, true, a);
-    else if (len > 0 && memchr(text, ':', len) != NULL) /* a bare IPv6 literal */
+    else if (len > 0 && memchr(text, ':', len) != NULL) { /* a bare IPv6 literal */
         w = addr_host_check(text, len, true, a);
-    else if (len == 0)
+        /* One colon after a name or IPv4 address: a host:port, not a host. */
+        const char *colon = memchr(text, ':', len);
+        if (w != NULL && memchr(colon + 1, ':', len - (size_t)(colon - text) - 1) == NULL)
+            w = "a host without a port is wanted here (host:port given)";
+    } else if (len == 0)
         w = "empty host";
     else
         w = addr_host_check(text, len, false, a);

@@ -299,6 +299,8 @@ Test(addr, hosts_alone)
     cr_assert_str_eq(why, "empty host");
     cr_assert_eq(parse_host("[]", &a, &why), TK_EINVAL);
     cr_assert_eq(parse_host("1.2.3.4:7400", &a, &why), TK_EINVAL);
+    cr_assert_str_eq(why, "a host without a port is wanted here (host:port given)");
+    cr_assert_eq(parse_host("1:2:3:4:5:6:7:8:9", &a, &why), TK_EINVAL);
     cr_assert_str_eq(why, "not an IPv6 address");
     cr_assert_eq(parse_host("fe80::1%lo", &a, &why), TK_EINVAL);
     cr_assert_str_eq(why, "IPv6 zones (%) are not supported");
