@@ -96,7 +96,7 @@ jq -r "$JQ_LIB"'
 ( [.runs[] | select(.case | startswith("snapshot-"))] as $sn |
   if ($sn | length) == 0 then empty else
   "## 3. Snapshot under load (Ticketing only)\n",
-  "\($m.params.snapshot_load_s) s of the uncontended load (\($m.params.conns) connections) on a fresh cluster, with no held keys and with \($m.params.big | commas); the leader cuts a snapshot every quarter of `--max-log-entries` (16,384 entries by default), which with held keys serialises every one of them. *Longest gap* is the longest time without any grant seen by the load generator (1 ms bins); snapshots are counted on the leader over the whole run (warmup and drain included). Redis and etcd are not measured here: Redis runs without persistence in these benchmarks, and etcd compacts on its own schedule.\n",
+  "\($m.params.snapshot_load_s) s of the uncontended load (\($m.params.conns) connections) on a fresh cluster, with no held keys and with \($m.params.big | commas); every node cuts a snapshot, incrementally and between its requests, once a quarter of `--max-log-entries` (16,384 entries by default) has been applied since the last one and those entries hold a quarter of its bytes, and at half of `--max-log-entries` in any case; each cut lists every held key. *Longest gap* is the longest time without any grant seen by the load generator (1 ms bins); snapshots are counted on the leader over the whole run (warmup and drain included). Redis and etcd are not measured here: Redis runs without persistence in these benchmarks, and etcd compacts on its own schedule.\n",
   "| held keys | pairs/s | p50 / p99 / p99.9 / max ms | longest gap ms | snapshots cut | last snapshot | leader changed | checks |",
   "|---:|---:|---|---:|---:|---:|---|---|",
   ( $sn | sort_by(.held_keys)[] |

@@ -25,8 +25,10 @@
  *    refuses while this node leads (a leadership transfer) steps the shards
  *    down, so no key stays in flight with nobody to finish it.
  *  - Reads: the barriers asked in a round become one read group.
- *  - Snapshots: SNAP_REQ to every shard, merge of the parts in token order
- *    into one blob (core/snap.h), install split per shard, one message each.
+ *  - Snapshots: SNAP_REQ to every shard; the pieces of each shard's
+ *    incremental cut are copied into its region of one blob (core/snap.h),
+ *    allocated once every shard said its size; install split per shard,
+ *    one message each (a cut still running is given up).
  */
 #ifndef TK_RAFT_DRIVER_H
 #define TK_RAFT_DRIVER_H
