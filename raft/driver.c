@@ -1,5 +1,5 @@
 /* The Raft driver (raft/driver.h): batching, token numbering, roles and
- * epochs, read groups, snapshot merge and install, around the Raft core. */
+ * epochs, read groups, snapshot assembly and install, around the Raft core. */
 #include <stdlib.h>
 #include <string.h>
 
