@@ -283,8 +283,14 @@ int main(int argc, char **argv)
     if (err == TK_OK)
         err = tk_raftd_start(s);
     raft_started = admin_started && err == TK_OK;
-    for (; started < s->nworkers && err == TK_OK; started++)
+    /* started counts the workers whose thread runs: a worker that could
+     * not start (its port taken) is neither joined nor, inline, waited for
+     * to end the Raft loop. */
+    while (started < s->nworkers && err == TK_OK) {
         err = tk_worker_start(s, started);
+        if (err == TK_OK)
+            started++;
+    }
     if (err == TK_OK) {
         tk_log(TK_LOG_INFO,
                "ticketingd listening on %s:%u (peer %u, admin %u), %u workers%s, %s, "

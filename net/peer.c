@@ -453,6 +453,27 @@ static void flush_link(struct tk_peers *p, struct tk_plink *l)
         return;
     }
     if (tk_stream_unsent(&l->st) > 0) {
+        /* A plain send first, at once: into a socket with room (loopback,
+         * or a link that keeps up) it completes here. Through the ring
+         * the same send completed while it was submitted, and its
+         * completion woke the loop waiting on the ring (or, inline, on
+         * the ring's file) once more for nothing: a second turn of the
+         * loop per Append on the leader, per acknowledgement on a
+         * follower. What the socket does not take goes through the ring
+         * as before, and a failure closes the link as the ring's would. */
+        ssize_t k = send(l->st.fd, l->st.snd.p + l->st.snd_off, tk_stream_unsent(&l->st),
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            tk_plink_close(p, l);
+            link_finish_close(p, l);
+            return;
+        }
+        if (k > 0) {
+            tk_stream_sent(&l->st, (size_t)k);
+            p->st.bytes_out += (uint64_t)k;
+        }
+    }
+    if (tk_stream_unsent(&l->st) > 0) {
         struct io_uring_sqe *sqe = tk_uring_sqe(&p->ring);
         io_uring_prep_send(sqe, l->st.fd, l->st.snd.p + l->st.snd_off, tk_stream_unsent(&l->st),
                            MSG_NOSIGNAL);
@@ -493,6 +514,13 @@ static unsigned peers_run(struct tk_peers *p, uint64_t timeout_us, bool enter)
         n++;
     }
     io_uring_cq_advance(&p->ring, n);
+    /* What the frames just read made (a follower's acknowledgement, a
+     * leader's next Append) leaves now, before the rest of the loop's
+     * round: a follower applies its committed commands after it has
+     * answered, not before. */
+    for (uint32_t i = 0; n && i < LINKS_MAX; i++)
+        if (p->links[i])
+            flush_link(p, p->links[i]);
     return n;
 }
 
