@@ -599,6 +599,12 @@ void tk_lock_apply(struct tk_lock_table *t,
         lock_key_tidy(t, k); /* a follower's apply is silent */
 }
 
+void tk_lock_restore_reserve(struct tk_lock_table *t, uint64_t n)
+{
+    TK_ASSERT(!t->leader);
+    lock_keys_presize(t, TK_MIN(n, t->limits.keys_max));
+}
+
 void tk_lock_restore(struct tk_lock_table *t, uint64_t now_us, const struct tk_cmd *grant)
 {
     tk_lock_restore_left(t, now_us, grant, grant->lease_ms);

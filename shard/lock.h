@@ -262,6 +262,11 @@ void tk_lock_cut_abort(struct tk_lock_table *t);
  * role is kept; cumulative counters in the stats are kept. */
 void tk_lock_clear(struct tk_lock_table *t);
 
+/* Before restoring n holders into a cleared table: sizes the key index
+ * and the lease heap for min(n, keys_max) keys at once (best effort), so
+ * that the restore does not rehash its way up. */
+void tk_lock_restore_reserve(struct tk_lock_table *t, uint64_t n);
+
 /* Installs one holder from a snapshot (a GRANT from tk_lock_each_holder()
  * on another node), on a follower, after tk_lock_clear(). Unlike
  * tk_lock_apply() it does not require tokens to rise from one call to the

@@ -165,6 +165,7 @@ struct tk_lock_table {
     struct lock_ht ht[2];
     int64_t rehash; /* -1 when not rehashing */
     uint64_t nkeys;
+    uint64_t size_floor;         /* set by lock_keys_presize(): no shrink below it */
     struct tk_timer_heap leases; /* every held key not being expired on the leader */
     struct tk_timer_heap waits;  /* leader: every waiter */
     struct lock_key **flight;    /* leader: keys with a proposal in flight */
@@ -212,6 +213,10 @@ void lock_keys_init(struct tk_lock_table *t);
 uint32_t lock_key_left_ms(const struct lock_key *k, uint64_t now_us, uint64_t drift_us);
 /* The running cut lists k now if it has not yet (and marks it listed). */
 void lock_cut_visit(struct tk_lock_table *t, struct lock_key *k);
+/* An empty table about to get n keys at once (a snapshot install): the
+ * key index and the lease heap are sized for them, so the install does
+ * not rehash its way up. Does nothing to a table with keys. */
+void lock_keys_presize(struct tk_lock_table *t, uint64_t n);
 /* Calls fn for each key; fn must not add or remove keys. */
 void lock_keys_each(const struct tk_lock_table *t,
                     void (*fn)(void *ctx, struct lock_key *k),

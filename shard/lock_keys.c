@@ -28,6 +28,7 @@ void lock_keys_init(struct tk_lock_table *t)
     memset(t->ht, 0, sizeof(t->ht));
     t->rehash = -1;
     t->nkeys = 0;
+    t->size_floor = 0;
 }
 
 /* Allocation size of a key: rounded to 16 bytes, the granularity of the
@@ -124,12 +125,24 @@ static void keys_maybe_resize(struct tk_lock_table *t)
         keys_resize(t, HT_SIZE_MIN);
     } else if (t->nkeys >= size && size < HT_SIZE_MAX) {
         keys_resize(t, size * 2);
-    } else if (size > HT_SIZE_MIN && t->nkeys < size / 8) {
+    } else if (size > TK_MAX((uint64_t)HT_SIZE_MIN, t->size_floor) && t->nkeys < size / 8) {
         uint64_t n = HT_SIZE_MIN;
         while (n < t->nkeys * 2)
             n *= 2;
         keys_resize(t, n);
     }
+}
+
+void lock_keys_presize(struct tk_lock_table *t, uint64_t n)
+{
+    if (t->nkeys != 0 || t->ht[0].size != 0 || n == 0)
+        return;
+    uint64_t size = HT_SIZE_MIN;
+    while (size < n && size < HT_SIZE_MAX)
+        size *= 2;
+    keys_resize(t, size);          /* on failure the table grows as it goes */
+    t->size_floor = t->ht[0].size; /* no shrinking while the keys come in */
+    (void)tk_timer_reserve(&t->leases, n);
 }
 
 static void keys_link(struct tk_lock_table *t, struct lock_key *k)
@@ -321,6 +334,7 @@ void lock_key_free(struct tk_lock_table *t, struct lock_key *k)
     keys_unlink(t, k);
     free(k);
     t->nkeys--;
+    t->size_floor = 0; /* the first removal ends an install's sizing */
     keys_rehash_step(t);
     keys_maybe_resize(t);
     tk_timer_trim(&t->leases, t->nkeys);

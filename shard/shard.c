@@ -373,6 +373,7 @@ static void install(struct tk_shard *sh, const struct tk_msg_install *in)
     TK_ASSERT(!sh->leader);
     cut_abort(sh);
     tk_lock_clear(sh->table);
+    tk_lock_restore_reserve(sh->table, in->count);
     size_t pos = 0;
     for (uint64_t i = 0; i < in->count; i++) {
         struct tk_cmd c;

@@ -12,8 +12,9 @@
  *    (key, token, owner, lease and lease left), each once;
  *  - nothing is listed after the cut ended;
  *  - tk_lock_check() after every step;
- *  - installing the records in a fresh table (tk_lock_restore_left())
- *    gives a table whose own cut lists the very same records.
+ *  - installing the records in a fresh table (tk_lock_restore_reserve(),
+ *    then tk_lock_restore_left() per record) gives a table whose own cut
+ *    lists the very same records, without resizing its key index.
  * The seeds are asserted to cover cuts that begin during a rehash of the
  * key index and cuts during which a resize begins.
  */
@@ -233,9 +234,14 @@ Test(lock_cut, incremental_cut_equals_stop_the_world_and_installs_the_same_table
         struct world f;
         world_init(&f, seed, w.t->limits.drift_us);
         f.now_us = w.now_us + 5000000;
+        tk_lock_restore_reserve(f.t, inc.n);
         for (size_t i = 0; i < inc.n; i++)
             tk_lock_restore_left(f.t, f.now_us, &inc.v[i].g, inc.v[i].left);
         tk_lock_check(f.t);
+        /* Sized up front: the install never resized the key index. */
+        cr_assert(f.t->rehash < 0 && f.t->ht[1].size == 0, "seed %llu: the install rehashed",
+                  (unsigned long long)seed);
+        cr_assert(inc.n == 0 || f.t->ht[0].size >= inc.n);
         struct recs back = {0};
         tk_lock_cut_begin(f.t, f.now_us, collect_cut, &back, NULL);
         while (!tk_lock_cut_step(f.t, 100))
