@@ -49,6 +49,12 @@ void cl_log(struct tk_client *c, int level, const char *fmt, ...)
     c->cfg.log(c->cfg.log_arg, level, msg);
 }
 
+uint32_t tk_client_slot(const char *key, size_t len)
+{
+    _Static_assert(TK_CLIENT_SLOTS == TK_SLOTS, "one slot count");
+    return tk_slot(key, len);
+}
+
 const char *tk_client_strerror(int err)
 {
     static const char *const msgs[] = {

@@ -276,6 +276,13 @@ TK_CLIENT_API enum tk_client_outcome tk_client_query(struct tk_client *c,
                                                      const char *key,
                                                      struct tk_client_result *out);
 
+/* The slot of a key (SPEC 15): FNV-1a 64 of its len bytes modulo
+ * TK_CLIENT_SLOTS. A deployment of several groups maps each slot to one
+ * group; every client computes the same number. Needs no client object;
+ * routing requests by slot is not built yet. */
+#define TK_CLIENT_SLOTS 16384u
+TK_CLIENT_API uint32_t tk_client_slot(const char *key, size_t len);
+
 /* One round trip: ANSWERED with rtt_us, or UNAVAILABLE. */
 TK_CLIENT_API enum tk_client_outcome tk_client_ping(struct tk_client *c,
                                                     struct tk_client_result *out);

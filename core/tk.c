@@ -80,6 +80,17 @@ uint64_t tk_hash(const void *data, size_t len)
     return XXH3_64bits(data, len);
 }
 
+uint32_t tk_slot(const void *key, size_t len)
+{
+    const uint8_t *b = key;
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */
+    for (size_t i = 0; i < len; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull; /* FNV 64 prime, mod 2^64 */
+    }
+    return (uint32_t)(h % TK_SLOTS);
+}
+
 size_t tk_vfmt(char *buf, size_t cap, const char *fmt, va_list ap)
 {
     TK_ASSERT(cap > 0);

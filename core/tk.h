@@ -89,6 +89,12 @@ uint64_t tk_prng_range(struct tk_prng *p, uint64_t lo, uint64_t hi);
  * and to index hash tables. */
 uint64_t tk_hash(const void *data, size_t len);
 
+/* The slot of a key (SPEC 15, groups and slots): FNV-1a 64 of its bytes
+ * modulo TK_SLOTS. Every client computes the same function; unlike
+ * tk_hash it is part of the protocol and never changes. */
+#define TK_SLOTS 16384u
+uint32_t tk_slot(const void *key, size_t len);
+
 /* snprintf and vsnprintf for the pure cores (which include no stdio):
  * the length written, less than cap, always NUL-terminated (cap > 0). */
 size_t tk_fmt(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -24,6 +24,21 @@ const (
 	secretMax       = 4096
 )
 
+// Slots is the number of slots keys map to (SPEC 15).
+const Slots = 16384
+
+// Slot is the slot of a key: FNV-1a 64 of its bytes modulo Slots, the
+// same number every Ticketing client computes. A deployment of several
+// groups maps each slot to one group; routing by slot is not built yet.
+func Slot(key string) uint32 {
+	h := uint64(0xcbf29ce484222325) // FNV-1a 64 offset basis
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 0x100000001b3 // FNV 64 prime, mod 2^64
+	}
+	return uint32(h % Slots)
+}
+
 func visible(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x21 || s[i] > 0x7e {

@@ -17,7 +17,7 @@
 
 import { parseArgs } from 'node:util';
 import { createInterface } from 'node:readline';
-import { Client, TicketingError } from './index.js';
+import { Client, TicketingError, slot } from './index.js';
 
 const KNOBS = {
   'response-grace-ms': 'responseGraceMs',
@@ -85,6 +85,9 @@ async function handle(client, cmd) {
     case 'ping': {
       const [o, err] = await outcome(client.ping(), 'ANSWERED');
       return { outcome: o, reason: err ? err.reason : '' };
+    }
+    case 'slot': {
+      return { outcome: 'OK', slot: slot(str(cmd, 'key')) };
     }
     case 'sleep': {
       const ms = int(cmd, 'ms');

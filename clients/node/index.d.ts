@@ -52,6 +52,16 @@ export declare class TicketingError extends Error {
   readonly cause?: unknown;
 }
 
+/** How many slots there are: 16384. */
+export declare const SLOTS: 16384;
+
+/** The slot of a key, from 0 to 16383: the key's bytes hashed with FNV-1a
+ * 64 and taken modulo 16384. Every client and the server get the same
+ * number for the same key. It needs no client, sends nothing and does not
+ * check the key (acquire does); a key that is not a string throws a
+ * TypeError. */
+export declare function slot(key: string): number;
+
 export interface AcquireOptions {
   /** Milliseconds the server holds the key at most: 1000-250000 (default 30000). */
   lease?: number;

@@ -94,6 +94,20 @@ function configError(reason, what) {
     { op: 'config', reason });
 }
 
+/** The number of slots keys are spread over (the protocol's groups and slots). */
+export const SLOTS = P.SLOTS;
+
+/**
+ * The slot of key, 0..SLOTS-1: FNV-1a 64 of the key's bytes (as the client
+ * sends them: Buffer.from(key)) modulo 16384, the same number in every
+ * client and in the server. A pure function of any string, as in the other
+ * clients: no client, no connection, no key check (acquire does that).
+ */
+export function slot(key) {
+  if (typeof key !== 'string') throw new TypeError('ticketing: slot: the key must be a string');
+  return P.slotOf(key);
+}
+
 /** A held lock. Pass `token` to every write it protects; finish before `deadline`. */
 export class Lease {
   /** @internal */

@@ -421,6 +421,14 @@ static bool run(struct tk_client *c, const char *line)
                ",\"moved\":%" PRIu64 ",\"releases_queued\":%" PRIu64,
                st.compensations, st.indeterminate, st.moved, st.releases_queued);
         result = false;
+    } else if (strcmp(op, "slot") == 0) {
+        const char *key = get_str(&o, "key", &err);
+        if (key == NULL) {
+            driver_error("missing or bad member", err);
+            return true;
+        }
+        printf("{\"outcome\":\"OK\",\"slot\":%" PRIu32, tk_client_slot(key, strlen(key)));
+        result = false;
     } else if (strcmp(op, "close") == 0) {
         tk_client_destroy(c);
         printf("{\"outcome\":\"OK\"");

@@ -52,6 +52,7 @@ OUTCOMES = {
 SHAPES = {
     "acquire": {"token": int},
     "release": {"resent": bool},
+    "slot": {"slot": int},
     "query": {"held": bool, "owner": (str, type(None)), "token": int, "waiters": int},
     "stats": {"compensations": int, "indeterminate": int, "moved": int,
               "releases_queued": int},

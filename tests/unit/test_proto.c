@@ -112,6 +112,32 @@ static void check_n(const char *s,
 
 /* ---- numbers --------------------------------------------------------------- */
 
+/* SPEC 15's test vectors: the slot of a key is part of the protocol. */
+Test(proto_slot, spec_vectors)
+{
+    static const struct {
+        const char *key;
+        uint32_t slot;
+    } v[] = {
+        {"a", 11404},
+        {"show-42", 11909},
+        {"show-42:seat-17", 10735},
+        {"inventory/2026-12-24/hall-B", 10740},
+    };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        cr_expect_eq(tk_slot(v[i].key, strlen(v[i].key)), v[i].slot, "slot of %s", v[i].key);
+    char tildes[TK_KEY_LEN_MAX];
+    memset(tildes, '~', sizeof(tildes));
+    cr_expect_eq(tk_slot(tildes, sizeof(tildes)), 9293);
+    /* Always below TK_SLOTS, and a function of every byte. */
+    cr_expect_neq(tk_slot("show-42", 7), tk_slot("show-43", 7));
+    for (uint32_t n = 0; n < 1000; n++) {
+        char k[16];
+        int len = snprintf(k, sizeof(k), "k%u", n);
+        cr_expect_lt(tk_slot(k, (size_t)len), TK_SLOTS);
+    }
+}
+
 Test(proto_u64, limits_and_shapes)
 {
     uint64_t v = 7;

@@ -17,6 +17,7 @@ export const LINE_MAX = 1024; // bytes, the "\n" included
 export const SECRET_MIN = 16;
 export const SECRET_MAX = 4096;
 export const ADDRS_MAX = 8;
+export const SLOTS = 16384; // the slots of the groups-and-slots section
 
 const VISIBLE = /^[\x21-\x7e]+$/;
 const DIGITS = /^(0|[1-9][0-9]*)$/;
@@ -52,6 +53,17 @@ export function tokenOf(t) {
   else if (typeof t === 'number' && Number.isSafeInteger(t)) v = BigInt(t);
   else if (typeof t === 'string') v = parseU64(t);
   return v !== null && v >= 1n && v <= U64_MAX ? v : null;
+}
+
+const FNV64_OFFSET = 0xcbf29ce484222325n;
+const FNV64_PRIME = 0x100000001b3n;
+
+/** The slot of a key (groups and slots): FNV-1a 64 of its bytes as they are
+ * sent, modulo SLOTS. Part of the protocol: every client computes the same. */
+export function slotOf(key) {
+  let h = FNV64_OFFSET;
+  for (const b of Buffer.from(key)) h = BigInt.asUintN(64, (h ^ BigInt(b)) * FNV64_PRIME);
+  return Number(h % BigInt(SLOTS));
 }
 
 /** HMAC-SHA256(secret, "ticketing/1 <side> <snonce> <cnonce>") in lowercase hex. */

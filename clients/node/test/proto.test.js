@@ -1,9 +1,10 @@
 // The line protocol without a server: proofs, request lines, the response
-// grammar and the field checks.
+// grammar, the field checks and the slot of a key.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as P from '../lib/proto.js';
+import { slot, SLOTS } from '../index.js';
 
 test('the handshake proofs of the worked example in docs/protocol.md', () => {
   const secret = Buffer.from('example-client-secret-0123456789');
@@ -72,4 +73,16 @@ test('field checks', () => {
   assert.throws(() => P.parseAddr('host:0'));
   assert.throws(() => P.parseAddr('host'));
   assert.match(P.defaultOwner(), /^[\x21-\x7e]+-\d+-[0-9a-f]{12}$/);
+});
+
+test('the slot of a key: FNV-1a 64 of its bytes modulo 16384', () => {
+  assert.equal(SLOTS, 16384);
+  assert.equal(slot('a'), 11404);
+  assert.equal(slot('show-42'), 11909);
+  assert.equal(slot('show-42:seat-17'), 10735);
+  assert.equal(slot('inventory/2026-12-24/hall-B'), 10740);
+  assert.equal(slot('~'.repeat(250)), 9293);
+  assert.equal(P.slotOf('show-42'), 11909);
+  assert.equal(slot('caf\u00e9'), P.slotOf(Buffer.from('caf\u00e9')), 'any string: its UTF-8 bytes, no key check');
+  assert.throws(() => slot(42), TypeError);
 });

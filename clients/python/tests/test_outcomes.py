@@ -24,6 +24,19 @@ def wait_for(pred, timeout=10.0):
     return pred()
 
 
+class Slots(unittest.TestCase):
+    """SPEC 15's test vectors: no server needed, the slot is pure."""
+
+    def test_spec_vectors(self):
+        vectors = {"a": 11404, "show-42": 11909, "show-42:seat-17": 10735,
+                   "inventory/2026-12-24/hall-B": 10740, "~" * 250: 9293}
+        for key, want in vectors.items():
+            self.assertEqual(ticketing.slot(key), want, key)
+            self.assertEqual(ticketing.slot(key.encode()), want, key)
+        self.assertEqual(ticketing.SLOTS, 16384)
+        self.assertNotEqual(ticketing.slot("show-42"), ticketing.slot("show-43"))
+
+
 class Outcomes(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

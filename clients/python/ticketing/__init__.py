@@ -12,6 +12,7 @@ the same calls as coroutines. The rules (outcomes, Indeterminate, retries,
 the release queue) are those of the C library, docs/client.md.
 """
 from .client import Client, Grant, Query
+from ._proto import SLOTS, slot
 from .errors import (ACQUIRED, ANSWERED, BUSY, CANCELLED, INDETERMINATE, INVALID, NOT_HELD,
                      OUTCOMES, QUEUE_FULL, RELEASED, TIMEOUT, UNAVAILABLE, UNCONFIRMED, Busy,
                      Cancelled, ConfigError, Error, Indeterminate, Invalid, NotHeld, QueueFull,
@@ -22,4 +23,4 @@ __version__ = "0.1.0"
 
 __all__ = ["Client", "Grant", "Query", "Result", "Error", "ConfigError", "Busy", "Timeout",
            "Invalid", "Unavailable", "Indeterminate", "Cancelled", "NotHeld", "Unconfirmed",
-           "QueueFull", "OUTCOMES", "aio"]
+           "QueueFull", "OUTCOMES", "SLOTS", "slot", "aio"]

@@ -26,6 +26,22 @@ _DIGITS = re.compile(rb"(0|[1-9][0-9]*)\Z")
 _HEX64 = re.compile(rb"[0-9a-f]{64}\Z")
 
 
+SLOTS = 16384  # SPEC 15: keys map to this many slots
+_FNV_BASIS = 0xcbf29ce484222325
+_FNV_PRIME = 0x100000001b3
+_U64 = (1 << 64) - 1
+
+
+def slot(key) -> int:
+    """The slot of a key (a str or bytes): FNV-1a 64 of its bytes modulo
+    SLOTS, the same number every Ticketing client computes."""
+    b = key.encode() if isinstance(key, str) else bytes(key)
+    h = _FNV_BASIS
+    for byte in b:
+        h = ((h ^ byte) * _FNV_PRIME) & _U64
+    return h % SLOTS
+
+
 def visible(b: bytes) -> bool:
     """Printable ASCII without space (0x21-0x7E), at least one byte."""
     return bool(_VISIBLE.match(b))

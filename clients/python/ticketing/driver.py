@@ -16,6 +16,7 @@ import json
 import sys
 import time
 
+from ._proto import slot
 from .client import Client
 from .errors import OUTCOMES
 
@@ -69,6 +70,8 @@ def handle(client, cmd):
         return {"outcome": "OK", "compensations": st["compensations"],
                 "indeterminate": st["indeterminate"], "moved": st["moved"],
                 "releases_queued": st["releases_queued"]}
+    if op == "slot":
+        return {"outcome": "OK", "slot": slot(_str(cmd, "key"))}
     if op == "close":
         client.close()
         return {"outcome": "OK"}

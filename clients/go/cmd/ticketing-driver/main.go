@@ -147,6 +147,12 @@ func handle(c *ticketing.Client, line string) (map[string]interface{}, bool) {
 		}
 		time.Sleep(time.Duration(n) * time.Millisecond)
 		return map[string]interface{}{"outcome": "OK"}, false
+	case "slot":
+		key, err := needKey()
+		if err != nil {
+			return bad(err.Error()), false
+		}
+		return map[string]interface{}{"outcome": "OK", "slot": ticketing.Slot(key)}, false
 	case "stats":
 		s := c.Stats()
 		return map[string]interface{}{"outcome": "OK", "compensations": s.Compensations,

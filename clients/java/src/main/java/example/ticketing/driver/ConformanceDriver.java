@@ -3,6 +3,7 @@ package example.ticketing.driver;
 import example.ticketing.Lease;
 import example.ticketing.NotHeldException;
 import example.ticketing.QueryResult;
+import example.ticketing.Slots;
 import example.ticketing.Stats;
 import example.ticketing.TicketingClient;
 import example.ticketing.TicketingException;
@@ -204,6 +205,10 @@ public final class ConformanceDriver {
                     Stats st = client.stats();
                     reply(t0, "outcome", "OK", "compensations", st.compensations(), "indeterminate",
                             st.indeterminate(), "moved", st.moved(), "releases_queued", st.releasesQueued());
+                }
+                case "slot" -> {
+                    String key = str(cmd, "key");
+                    reply(t0, "outcome", "OK", "slot", Slots.slot(key));
                 }
                 case "close" -> {
                     client.close();

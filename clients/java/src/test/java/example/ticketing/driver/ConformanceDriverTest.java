@@ -88,6 +88,10 @@ class ConformanceDriverTest {
                 expect(call("{\"op\":\"launch\"}"), "outcome", "DRIVER_ERROR");
                 expect(call("[1,2]"), "outcome", "DRIVER_ERROR");
                 expect(call("{\"op\":\"sleep\",\"ms\":10}"), "outcome", "OK");
+                m = call("{\"op\":\"slot\",\"key\":\"show-42:seat-17\"}");
+                expect(m, "outcome", "OK");
+                expect(m, "slot", 10735);
+                expect(call("{\"op\":\"slot\"}"), "outcome", "DRIVER_ERROR");
                 m = call("{\"op\":\"stats\"}");
                 expect(m, "outcome", "OK");
                 expect(m, "compensations", 0);
