@@ -38,7 +38,9 @@ struct ctl_opts {
     const char *addr;
     const char *secret_file;
     const char *peer_secret_file; /* remove-member */
-    const char *peers;            /* remove-member: peer addresses as the cluster's --peers */
+    const char *peers; /* remove-member, ring apply: peer addresses as the cluster's --peers */
+    const char *group; /* ring apply: the group the ring is given to */
+    const char *file;  /* ring apply: the ring file */
     const char *owner;
     const char *tls_ca; /* TLS for the client port (libticketing's tls_* fields) */
     const char *tls_cert;
@@ -68,6 +70,17 @@ bool ctl_parse_u64(const char *s, uint64_t *v);
 int ctl_status(const struct ctl_opts *o);
 /* `ticketctl members`: the members as the leader's /members lists them; the exit code. */
 int ctl_members(const struct ctl_opts *o);
+/* `ticketctl ring apply FILE --group NAME` (client/ticketctl_peer.c): the
+ * ring in o->file, given to group o->group over its leader's peer port;
+ * asked again while the leader answers RETRY, until OK or REFUSED or
+ * --timeout. The exit code: 0 committed (or already the group's ring), 84
+ * refused (the leader's sentence printed) or a bad file, 83 no leader
+ * answered, 82 sent and unanswered, 1 the peer secret was refused. */
+int ctl_ring_apply(const struct ctl_opts *o);
+/* `ticketctl ring show` (client/ticketctl.c): the ring as the leader of
+ * the group at --addr answers S, printed as a ring file (`ring apply`
+ * takes it back) or as JSON. */
+int ctl_ring_show(const struct ctl_opts *o);
 /* ---- JSON output (ticketctl_out.c, on Jansson): every --json answer is
  * built as Jansson values and printed with ctl_json_print(), compact and
  * pure ASCII. */

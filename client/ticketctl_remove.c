@@ -215,7 +215,7 @@ static bool reply_authentic(const struct rm *r, const struct tk_raft_msg *m)
 {
     char text[TK_WIRE_REPLY_TEXT_MAX];
     uint8_t mac[TK_AUTH_MAC_LEN];
-    size_t n = tk_wire_join_reply_text(m, text, sizeof text);
+    size_t n = tk_wire_reply_text(m, text, sizeof text);
     tk_hs_mac(&r->hs, "reply", text, n, mac);
     return tk_auth_equal(mac, m->join_reply.mac, sizeof mac);
 }

@@ -108,6 +108,9 @@ uint32_t tk_msg_size(const struct tk_msg *m)
         case TK_MSG_INSTALL:
             n = INSTALL_FIXED;
             break;
+        case TK_MSG_SLOTS:
+            n = sizeof(void *);
+            break;
         default:
             TK_ASSERT(!"unknown message kind");
     }
@@ -211,6 +214,10 @@ void tk_msg_encode(const struct tk_msg *m, uint8_t *out)
             PUT(&w, s->len);
             break;
         }
+        case TK_MSG_SLOTS:
+            TK_ASSERT(m->u.slots.view != NULL);
+            PUT(&w, m->u.slots.view);
+            break;
         default:
             TK_ASSERT(!"unknown message kind");
     }
@@ -230,7 +237,7 @@ static void get_cmd(struct rd *r, struct tk_cmd *c)
 
 static bool lock_reply_type(char t)
 {
-    return t == 'G' || t == 'T' || t == 'B' || t == 'R' || t == 'N' || t == 'Q';
+    return t == 'G' || t == 'T' || t == 'B' || t == 'R' || t == 'N' || t == 'Q' || t == 'W';
 }
 
 int tk_msg_decode(uint32_t kind, const uint8_t *buf, size_t len, struct tk_msg *m)
@@ -336,6 +343,11 @@ int tk_msg_decode(uint32_t kind, const uint8_t *buf, size_t len, struct tk_msg *
             GET(&r, s->len);
             break;
         }
+        case TK_MSG_SLOTS:
+            GET(&r, m->u.slots.view);
+            if (m->u.slots.view == NULL)
+                r.bad = true;
+            break;
         default:
             return TK_EPROTO;
     }

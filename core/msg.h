@@ -32,6 +32,7 @@ enum tk_msg_kind {
     TK_MSG_READ_DONE, /* driver -> shard: the barrier of a round resolved */
     TK_MSG_SNAP_REQ,  /* driver -> shard: cut a snapshot at an index */
     TK_MSG_INSTALL,   /* driver -> shard: replace the table by a snapshot's holders */
+    TK_MSG_SLOTS,     /* driver -> shard: the slots this group serves, and the ring */
     TK_MSG_KIND_END
 };
 
@@ -49,7 +50,9 @@ struct tk_msg_req {
 };
 
 /* A lock reply (G T B R N Q) for a client of the receiving shard. G
- * carries the request's arrived_us (latency metrics). */
+ * carries the request's arrived_us (latency metrics). W (SPEC 15, the
+ * group does not serve the key's slot) carries the ring's version in
+ * token and the slot in waiters. */
 struct tk_msg_reply {
     uint64_t client, id, token, arrived_us;
     uint32_t waiters;
@@ -129,6 +132,24 @@ struct tk_msg_install {
     size_t len;
 };
 
+/* What a shard knows of the ring (SPEC 15), in one malloc'd block the
+ * driver makes for each shard and the shard frees: the slots this group
+ * serves now (owned and not frozen), the ring's version and its S body
+ * (core/slots.h: ranges joined by ';', or "-"), and where each range's
+ * text ends in it, so that an S answer is cut into lines at ranges. */
+struct tk_slot_view {
+    uint64_t version;
+    uint32_t served; /* bits set in serve */
+    uint64_t serve[TK_SLOTS / 64];
+    uint32_t nranges;
+    uint32_t *range_end; /* nranges offsets into body, each just past a range */
+    size_t body_len;
+    char *body; /* not NUL-terminated; points into the same block */
+};
+struct tk_msg_slots {
+    struct tk_slot_view *view; /* never NULL */
+};
+
 struct tk_msg {
     uint32_t kind; /* enum tk_msg_kind */
     union {
@@ -144,6 +165,7 @@ struct tk_msg {
         struct tk_msg_read_done read_done;
         struct tk_msg_snap_req snap_req;
         struct tk_msg_install install;
+        struct tk_msg_slots slots;
     } u;
 };
 

@@ -180,7 +180,7 @@ static enum tk_parse_status proto_fatal(struct tk_request *req)
 static enum tk_parse_status proto_fields(struct tk_request *req, const struct proto_word *f)
 {
     uint64_t v;
-    if (req->type == 'P')
+    if (req->type == 'P' || req->type == 'S')
         return TK_PARSE_OK;
     if (!tk_proto_key_ok(f[0].s, f[0].len))
         return proto_reject(req, TK_REASON_KEY);
@@ -253,6 +253,7 @@ enum tk_parse_status tk_proto_parse(const char *line, size_t len, struct tk_requ
             want = 1;
             break;
         case 'P':
+        case 'S':
             want = 0;
             break;
         default:
@@ -415,6 +416,42 @@ size_t tk_proto_fmt_error(char *buf, size_t cap, bool has_id, uint64_t id, enum 
     return out_finish(&o);
 }
 
+size_t tk_proto_fmt_wrong(char *buf, size_t cap, uint64_t id, uint32_t slot, uint64_t version)
+{
+    TK_ASSERT(slot < TK_SLOTS);
+    struct proto_out o = out_start(buf, cap, 'W', id);
+    out_char(&o, ' ');
+    out_u64(&o, slot);
+    out_char(&o, ' ');
+    out_u64(&o, version);
+    return out_finish(&o);
+}
+
+size_t tk_proto_fmt_ring(char *buf,
+                         size_t cap,
+                         uint64_t id,
+                         uint64_t version,
+                         uint32_t part,
+                         uint32_t parts,
+                         const char *body,
+                         size_t body_len)
+{
+    TK_ASSERT(body_len > 0 && part >= 1 && part <= parts);
+    TK_DEBUG_ASSERT(proto_visible(body, body_len));
+    struct proto_out o = out_start(buf, cap, 'S', id);
+    out_char(&o, ' ');
+    out_u64(&o, version);
+    out_char(&o, ' ');
+    if (parts > 1) {
+        out_u64(&o, part);
+        out_char(&o, '/');
+        out_u64(&o, parts);
+        out_char(&o, ' ');
+    }
+    out_bytes(&o, body, body_len);
+    return out_finish(&o);
+}
+
 size_t tk_proto_fmt_moved(char *buf, size_t cap, const char *addr)
 {
     struct proto_out o = {.buf = buf, .cap = cap};
@@ -492,6 +529,12 @@ size_t tk_proto_fmt_ping(char *buf, size_t cap, uint64_t id)
     return out_finish(&o);
 }
 
+size_t tk_proto_fmt_ring_req(char *buf, size_t cap, uint64_t id)
+{
+    struct proto_out o = out_start(buf, cap, 'S', id);
+    return out_finish(&o);
+}
+
 /* ---- response parser (client side) --------------------------------- */
 
 /* "host:port": visible bytes, a non-empty host before the last ':' (which
@@ -523,6 +566,31 @@ static bool proto_parse_q(const struct proto_word *w, struct tk_response *rsp)
         return proto_word_is(w[2].s, w[2].len, "-") && waiters == 0;
     rsp->owner = w[2].s;
     rsp->owner_len = w[2].len;
+    return true;
+}
+
+/* "S <id> <version> [<k>/<n>] <body>": the body's ranges are for
+ * core/slots.h to read; here only that it is visible text. */
+static bool proto_parse_ring(const struct proto_word *w, size_t n, struct tk_response *rsp)
+{
+    if (!tk_proto_parse_u64(w[2].s, w[2].len, &rsp->version))
+        return false;
+    rsp->part = rsp->parts = 1;
+    if (n == 5) {
+        const char *slash = memchr(w[3].s, '/', w[3].len);
+        uint64_t k, of;
+        if (!slash || !tk_proto_parse_u64(w[3].s, (size_t)(slash - w[3].s), &k) ||
+            !tk_proto_parse_u64(slash + 1, w[3].len - (size_t)(slash + 1 - w[3].s), &of) || k < 1 ||
+            k > of || of < 2 || of > UINT32_MAX)
+            return false;
+        rsp->part = (uint32_t)k;
+        rsp->parts = (uint32_t)of;
+    }
+    const struct proto_word *b = &w[n - 1];
+    if (!proto_visible(b->s, b->len))
+        return false;
+    rsp->text = b->s;
+    rsp->text_len = b->len;
     return true;
 }
 
@@ -563,6 +631,15 @@ bool tk_proto_parse_response(const char *line, size_t len, struct tk_response *r
             return n == 3 && tk_proto_parse_u64(w[2].s, w[2].len, &rsp->token) && rsp->token >= 1;
         case 'Q':
             return n == 5 && proto_parse_q(w, rsp);
+        case 'W': {
+            uint64_t slot;
+            if (n != 4 || !tk_proto_parse_u64(w[2].s, w[2].len, &slot) || slot >= TK_SLOTS)
+                return false;
+            rsp->slot = (uint32_t)slot;
+            return tk_proto_parse_u64(w[3].s, w[3].len, &rsp->version);
+        }
+        case 'S':
+            return (n == 4 || n == 5) && proto_parse_ring(w, n, rsp);
         case 'E':
             if (n != 3 || !proto_visible(w[2].s, w[2].len))
                 return false;

@@ -33,7 +33,7 @@ enum tk_reason {
 const char *tk_reason_str(enum tk_reason r);
 
 struct tk_request {
-    char type; /* 'A' 'R' 'Q' 'P' */
+    char type; /* 'A' 'R' 'Q' 'P' 'S' */
     uint64_t id;
     const char *key; /* A R Q */
     size_t key_len;
@@ -56,7 +56,7 @@ struct tk_request {
  * this order decides:
  *   1. empty line, or no second word, or that word is not a valid id
  *      -> TK_PARSE_FATAL, reason syntax (there is no id to answer with);
- *   2. the command word is not exactly "A", "R", "Q" or "P"
+ *   2. the command word is not exactly "A", "R", "Q", "P" or "S"
  *      -> TK_PARSE_REJECT, reason command, type 0;
  *   3. the line's shape: wrong number of fields for the command, or any
  *      empty field (leading, doubled or trailing space)
@@ -79,14 +79,18 @@ bool tk_proto_parse_u64(const char *s, size_t len, uint64_t *out);
 
 /* A response as the client library sees it. */
 struct tk_response {
-    char type;   /* 'G' 'T' 'B' 'R' 'N' 'Q' 'P' 'E' 'M' */
+    char type;   /* 'G' 'T' 'B' 'R' 'N' 'Q' 'P' 'E' 'M' 'W' 'S' */
     bool has_id; /* false for "E -" and M */
     uint64_t id;
     uint64_t token;    /* G; Q */
     uint32_t waiters;  /* Q */
     const char *owner; /* Q: NULL when free ("- 0 0"); an owner may be "-" itself */
     size_t owner_len;
-    const char *text; /* E: reason word; M: "host:port" or NULL for "-" */
+    uint64_t version;     /* W S: the ring's version */
+    uint32_t slot;        /* W */
+    uint32_t part, parts; /* S: this line is part k of n (1/1: the one-line form) */
+    /* E: reason word; M: "host:port" or NULL for "-"; S: the body (core/slots.h) */
+    const char *text;
     size_t text_len;
     enum tk_reason reason; /* E: the reason word, TK_REASON_NONE if unknown */
 };
@@ -114,6 +118,18 @@ size_t tk_proto_fmt_query(char *buf,
                           uint32_t waiters); /* Q; owner NULL = free */
 size_t tk_proto_fmt_error(char *buf, size_t cap, bool has_id, uint64_t id, enum tk_reason r);
 size_t tk_proto_fmt_moved(char *buf, size_t cap, const char *addr); /* addr NULL = "-" */
+/* W: the group does not serve the key's slot (SPEC 15). */
+size_t tk_proto_fmt_wrong(char *buf, size_t cap, uint64_t id, uint32_t slot, uint64_t version);
+/* One line of an S answer: "S <id> <version> <body>" when parts is 1,
+ * else "S <id> <version> <part>/<parts> <body>" (body: visible bytes). */
+size_t tk_proto_fmt_ring(char *buf,
+                         size_t cap,
+                         uint64_t id,
+                         uint64_t version,
+                         uint32_t part,
+                         uint32_t parts,
+                         const char *body,
+                         size_t body_len);
 
 /* Request lines, for the client. Fields must already be valid. */
 size_t tk_proto_fmt_acquire(char *buf,
@@ -135,6 +151,7 @@ size_t tk_proto_fmt_release(char *buf,
                             uint64_t token);
 size_t tk_proto_fmt_qreq(char *buf, size_t cap, uint64_t id, const char *key, size_t key_len);
 size_t tk_proto_fmt_ping(char *buf, size_t cap, uint64_t id);
+size_t tk_proto_fmt_ring_req(char *buf, size_t cap, uint64_t id); /* "S <id>" */
 
 /* Handshake lines (SPEC 2), without their "\n" (a final "\r" tolerated).
  * Nonces and proofs are exactly 64 lowercase hex chars; returned pointers

@@ -13,16 +13,48 @@
 
 _Static_assert(sizeof(TK_SNAP_MAGIC) - 1 == TK_SNAP_MAGIC_LEN, "magic length");
 _Static_assert(TK_SNAP_HEADER_LEN == TK_SNAP_MAGIC_LEN + 8, "magic and u64 count");
+_Static_assert(sizeof(TK_SNAP_MAGIC_STATE) - 1 == TK_SNAP_MAGIC_LEN, "magic length");
+
+int tk_snap_state(const uint8_t *blob,
+                  size_t len,
+                  uint64_t *count,
+                  size_t *pos,
+                  const uint8_t **state,
+                  size_t *state_len)
+{
+    TK_ASSERT(blob != NULL || len == 0);
+    if (len < TK_SNAP_HEADER_LEN)
+        return TK_EPROTO;
+    bool with_state = memcmp(blob, TK_SNAP_MAGIC_STATE, TK_SNAP_MAGIC_LEN) == 0;
+    if (!with_state && memcmp(blob, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN) != 0 &&
+        memcmp(blob, TK_SNAP_MAGIC_V2, TK_SNAP_MAGIC_LEN) != 0)
+        return TK_EPROTO;
+    uint32_t n = 0;
+    if (with_state) {
+        if (len < TK_SNAP_HEADER_LEN + 4)
+            return TK_EPROTO;
+        memcpy(&n, blob + TK_SNAP_HEADER_LEN, 4);
+        if (n == 0 || n > TK_SNAP_STATE_MAX || n > len - TK_SNAP_HEADER_LEN - 4)
+            return TK_EPROTO;
+    }
+    memcpy(count, blob + TK_SNAP_MAGIC_LEN, 8);
+    *pos = tk_snap_header_len(n);
+    if (state) {
+        *state = with_state ? blob + TK_SNAP_HEADER_LEN + 4 : NULL;
+        *state_len = n;
+    }
+    return TK_OK;
+}
 
 int tk_snap_header(const uint8_t *blob, size_t len, uint64_t *count, size_t *pos)
 {
-    TK_ASSERT(blob != NULL || len == 0);
-    if (len < TK_SNAP_HEADER_LEN || (memcmp(blob, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN) != 0 &&
-                                     memcmp(blob, TK_SNAP_MAGIC_V2, TK_SNAP_MAGIC_LEN) != 0))
-        return TK_EPROTO;
-    memcpy(count, blob + TK_SNAP_MAGIC_LEN, 8);
-    *pos = TK_SNAP_HEADER_LEN;
-    return TK_OK;
+    return tk_snap_state(blob, len, count, pos, NULL, NULL);
+}
+
+size_t tk_snap_header_len(size_t state_len)
+{
+    TK_ASSERT(state_len <= TK_SNAP_STATE_MAX);
+    return state_len ? TK_SNAP_HEADER_LEN + 4 + state_len : TK_SNAP_HEADER_LEN;
 }
 
 int tk_snap_next(const uint8_t *blob,
@@ -89,8 +121,19 @@ size_t tk_snap_bytes(uint64_t count, uint64_t key_owner_bytes)
 
 void tk_snap_put_header(uint8_t *blob, uint64_t count)
 {
-    memcpy(blob, TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN);
+    tk_snap_put_header_state(blob, count, NULL, 0);
+}
+
+void tk_snap_put_header_state(uint8_t *blob, uint64_t count, const uint8_t *state, size_t state_len)
+{
+    TK_ASSERT(state_len <= TK_SNAP_STATE_MAX && (state_len == 0 || state != NULL));
+    memcpy(blob, state_len ? TK_SNAP_MAGIC_STATE : TK_SNAP_MAGIC, TK_SNAP_MAGIC_LEN);
     memcpy(blob + TK_SNAP_MAGIC_LEN, &count, 8);
+    if (state_len) {
+        uint32_t n = (uint32_t)state_len;
+        memcpy(blob + TK_SNAP_HEADER_LEN, &n, 4);
+        memcpy(blob + TK_SNAP_HEADER_LEN + 4, state, state_len);
+    }
 }
 
 /* The key index of tk_snap_check(): open addressing over record offsets

@@ -14,6 +14,16 @@
  * records, merged in strictly increasing token order), is still read, so a
  * member of this version can install from a leader of the last one.
  *
+ * A group that keeps more than its locks in its replicated state (the
+ * ring of SPEC 15, raft/driver.h) writes "TKSNAP04": the same, with that
+ * state between the header and the records,
+ *
+ *     "TKSNAP04" | u64 count | u32 state_len | state | records
+ *
+ * state_len 1..TK_SNAP_STATE_MAX (host byte order), the state opaque here
+ * (the driver reads and checks it). A group with no such state writes
+ * TKSNAP03 exactly as before, so members of the last version install it.
+ *
  * The blob reaches a follower from its leader over the peer link, so a
  * follower checks all of it with tk_snap_check() before it drops its own
  * state: a malformed blob must never leave a half-restored table.
@@ -29,6 +39,8 @@
 
 #define TK_SNAP_MAGIC "TKSNAP03"
 #define TK_SNAP_MAGIC_V2 "TKSNAP02"
+#define TK_SNAP_MAGIC_STATE "TKSNAP04"
+#define TK_SNAP_STATE_MAX (1u << 20)
 #define TK_SNAP_MAGIC_LEN 8
 #define TK_SNAP_HEADER_LEN 16
 
@@ -37,6 +49,23 @@
 size_t tk_snap_bytes(uint64_t count, uint64_t key_owner_bytes);
 /* Writes the header (TK_SNAP_HEADER_LEN bytes) of a blob of count records. */
 void tk_snap_put_header(uint8_t *blob, uint64_t count);
+/* Bytes before the first record: TK_SNAP_HEADER_LEN, or with a state of
+ * state_len > 0 bytes, its length field and the state too. */
+size_t tk_snap_header_len(size_t state_len);
+/* Writes the header and the state (tk_snap_header_len(state_len) bytes):
+ * TKSNAP04 with a state, TKSNAP03 when state_len is 0. */
+void tk_snap_put_header_state(uint8_t *blob,
+                              uint64_t count,
+                              const uint8_t *state,
+                              size_t state_len);
+/* tk_snap_header(), and the state: *state NULL and *state_len 0 when the
+ * blob has none (state and state_len may be NULL). */
+int tk_snap_state(const uint8_t *blob,
+                  size_t len,
+                  uint64_t *count,
+                  size_t *pos,
+                  const uint8_t **state,
+                  size_t *state_len);
 
 /* Reads the header: checks the magic and that the blob is long enough for
  * it, stores the record count in *count and sets *pos to the first record.

@@ -3,6 +3,7 @@
  * three cannot drift apart. */
 #include "net/config.h"
 #include "core/addr.h"
+#include "core/slots.h"
 #include "net/log.h"
 #include "tk_version.h"
 
@@ -43,6 +44,8 @@ static const struct opt opts[] = {
     {"advertise", OPT_STR, O(advertise), S(advertise), 0, 0,
      "client host:port as clients reach it"},
     {"peers", OPT_STR, O(peers), S(peers), 0, 0, "peer host:port of every member (3 or 5)"},
+    {"group", OPT_STR, O(group), S(group), 0, 0,
+     "this group's name among several (serves no slot until a ring names it)"},
     {"client-secret-file", OPT_STR, O(client_secret_file), S(client_secret_file), 0, 0,
      "file holding the client secret (required)"},
     {"peer-secret-file", OPT_STR, O(peer_secret_file), S(peer_secret_file), 0, 0,
@@ -276,6 +279,12 @@ static int addrs_check(struct tk_options *o, char *err, size_t errlen)
         return -1;
     }
     snprintf(o->bind, sizeof(o->bind), "%s", a.host);
+    if (o->group[0] && !tk_slots_name_ok(o->group, strlen(o->group))) {
+        snprintf(err, errlen,
+                 "--group '%.64s': not a group name (1-64 bytes 0x21-0x7E, no ';' or '@')",
+                 o->group);
+        return -1;
+    }
     if (o->advertise[0] && tk_addr_parse(o->advertise, strlen(o->advertise), &a, &why) != TK_OK) {
         snprintf(err, errlen, "--advertise '%.64s': %s", o->advertise, why);
         return -1;

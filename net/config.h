@@ -16,6 +16,7 @@ struct tk_options {
     uint32_t admin_port;         /* 0: port + 2 */
     char advertise[TK_ADDR_MAX]; /* host:port clients reach; "" = bind:port unless 0.0.0.0 */
     char peers[TK_ADDR_MAX * TK_PEERS_MAX + 8]; /* comma list of peer addresses */
+    char group[65];                             /* --group: this group's name (SPEC 15), "" none */
     char client_secret_file[TK_PATH_MAX];
     char peer_secret_file[TK_PATH_MAX];
     char tls_cert[TK_PATH_MAX];

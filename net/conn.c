@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/slots.h"
 #include "net/worker.h"
 
 #define IN_PAUSE_BYTES 65536         /* paused connection: stop receiving beyond this */
@@ -386,6 +387,10 @@ void conn_deliver(struct tk_worker *w, const struct tk_msg_reply *r)
                                    r->waiters);
             w->stat[TK_WSTAT_res_query]++;
             break;
+        case 'W': /* the slot in waiters, the ring's version in token (core/msg.h) */
+            n = tk_proto_fmt_wrong(line, sizeof(line), r->id, r->waiters, r->token);
+            w->stat[TK_WSTAT_res_wrong_group]++;
+            break;
         default:
             n = tk_proto_fmt_id(line, sizeof(line), r->type, r->id);
             w->stat[r->type == 'T'   ? TK_WSTAT_res_timeout
@@ -401,6 +406,50 @@ void conn_deliver(struct tk_worker *w, const struct tk_msg_reply *r)
     c->inflight--;
     if (was_paused && !conn_paused(w, c))
         mark_resume(w, c);
+}
+
+/* S (SPEC 15): the ring as this worker's shard last heard of it, in one
+ * line when it fits TK_LINE_MAX, else in parts cut at ranges. */
+static void conn_ring(struct tk_worker *w, struct conn *c, uint64_t id)
+{
+    const struct tk_slot_view *v = tk_shard_slots(w->shard);
+    char line[TK_LINE_MAX];
+    size_t n;
+    if (!v) {
+        n = tk_proto_fmt_ring(line, sizeof(line), id, 0, 1, 1, "-", 1);
+        conn_stream_out(w, c, line, n);
+        return;
+    }
+    /* "S <id> <version> " and, in parts, "<k>/<n> " with k, n <= 9999
+     * (a part holds at least one range, and there are at most 1,024). */
+    size_t head = tk_proto_fmt_ring(line, sizeof(line), id, v->version, 1, 1, "-", 1) - 2;
+    if (head + v->body_len + 1 <= sizeof(line)) {
+        n = tk_proto_fmt_ring(line, sizeof(line), id, v->version, 1, 1, v->body, v->body_len);
+        conn_stream_out(w, c, line, n);
+        return;
+    }
+    size_t room = sizeof(line) - head - 10 - 1;
+    _Static_assert(TK_LINE_MAX - 20 - 20 - 3 - 10 - 1 - 2 >= TK_SLOTS_RANGE_TEXT_MAX,
+                   "one range fits a part");
+    for (int pass = 0, parts = 0; pass < 2; pass++) {
+        int part = 0;
+        size_t from = 0; /* body offset of the part's first range */
+        for (uint32_t i = 0; i < v->nranges; i++) {
+            size_t end = v->range_end[i];
+            bool last = i + 1 == v->nranges;
+            if (!last && v->range_end[i + 1] - from <= room)
+                continue; /* the next range fits this part too */
+            part++;
+            if (pass == 1) {
+                n = tk_proto_fmt_ring(line, sizeof(line), id, v->version, (uint32_t)part,
+                                      (uint32_t)parts, v->body + from, end - from);
+                TK_ASSERT(n > 0);
+                conn_stream_out(w, c, line, n);
+            }
+            from = end + 1; /* past the ';' */
+        }
+        parts = part;
+    }
 }
 
 static void handle_request_line(struct tk_worker *w, struct conn *c, const char *line, size_t len)
@@ -423,6 +472,11 @@ static void handle_request_line(struct tk_worker *w, struct conn *c, const char 
         w->stat[TK_WSTAT_req_ping]++;
         size_t n = tk_proto_fmt_id(out, sizeof(out), 'P', req.id);
         conn_stream_out(w, c, out, n);
+        return;
+    }
+    if (req.type == 'S') {
+        w->stat[TK_WSTAT_req_ring]++;
+        conn_ring(w, c, req.id);
         return;
     }
     w->stat[req.type == 'A'   ? TK_WSTAT_req_acquire

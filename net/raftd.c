@@ -415,6 +415,7 @@ int tk_raftd_create(struct tk_server *s)
     dopt.proposals_max =
         tk_driver_proposals_for(tk_shard_share(s->opt.max_keys, s->nworkers), s->nworkers);
     snprintf(dopt.advertise, sizeof(dopt.advertise), "%s", s->advertise);
+    snprintf(dopt.group, sizeof(dopt.group), "%s", s->opt.group);
     dopt.drift_us = (uint64_t)s->opt.max_clock_drift_ms * 1000u;
     dopt.hold_us = (uint64_t)s->opt.new_domain_hold_ms * 1000u;
     struct tk_msg_out out = {.ctx = r, .put = raftd_put};

@@ -11,6 +11,7 @@
 #include <pthread.h>
 
 #include "core/json.h"
+#include "core/slots.h"
 #include "net/metrics.h"
 #include "net/peer.h"
 #include "net/server.h"
@@ -24,7 +25,9 @@
 #define RAFTD_JSON_MAX                                                \
     (1024 + 3 * TK_JSON_STR_MAX(TK_RAFT_ADDR_MAX) +                   \
      TK_JSON_STR_MAX(sizeof(((struct tk_driver_members *)0)->note)) + \
-     TK_RAFT_MEMBERS_MAX * RAFTD_MEMBER_JSON_MAX)
+     TK_RAFT_MEMBERS_MAX * RAFTD_MEMBER_JSON_MAX + RAFTD_RING_JSON_MAX)
+/* The ring's part of /status: the group, and the ranges it owns. */
+#define RAFTD_RING_JSON_MAX (256 + TK_SLOTS_RANGES_MAX * 40)
 
 #define STATUS_PERIOD_US 100000u
 #define PRUNE_PERIOD_US 250000u

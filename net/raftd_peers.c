@@ -75,10 +75,12 @@ void raftd_io_reply(void *ctx, uint64_t link, struct tk_wire_frame *f)
 {
     struct tk_raftd *r = ctx;
     struct tk_plink *l = (struct tk_plink *)(uintptr_t)link;
-    if (f->msg.type == TK_RAFT_MSG_JOIN_REPLY) {
+    if (f->msg.type == TK_RAFT_MSG_JOIN_REPLY || f->msg.type == TK_RAFT_MSG_SLOTS_REPLY) {
         char text[TK_WIRE_REPLY_TEXT_MAX];
-        size_t n = tk_wire_join_reply_text(&f->msg, text, sizeof(text));
-        tk_plink_mac(l, "reply", text, n, f->msg.join_reply.mac);
+        size_t n = tk_wire_reply_text(&f->msg, text, sizeof(text));
+        tk_plink_mac(
+            l, "reply", text, n,
+            f->msg.type == TK_RAFT_MSG_JOIN_REPLY ? f->msg.join_reply.mac : f->msg.slots_reply.mac);
     }
     tk_peers_send(r->peers, l, f);
 }

@@ -142,6 +142,37 @@ static void membership_json(struct tk_json *j, const struct pub *p, bool typed)
     tk_json_arr_close(j);
 }
 
+/* SPEC 15: this node's group and what the committed ring gives it. */
+static void ring_json(struct tk_json *j, const struct pub *p)
+{
+    const char *name;
+    const struct tk_slot_ring *ring = tk_driver_ring(p->r->d, &name);
+    const char *flag = p->r->s->opt.group;
+    struct tk_driver_stats ds;
+    tk_driver_stats(p->r->d, &ds);
+    tk_json_kstr(j, "group", ring ? name : flag[0] ? flag : "default");
+    tk_json_kuint(j, "ring_version", ds.ring_version);
+    tk_json_kuint(j, "slots_owned", ds.slots_owned);
+    tk_json_key(j, "ranges_owned");
+    tk_json_arr_open(j);
+    if (!ring && !flag[0]) {
+        tk_json_obj_open(j);
+        tk_json_kuint(j, "first", 0);
+        tk_json_kuint(j, "last", TK_SLOTS - 1);
+        tk_json_obj_close(j);
+    }
+    for (uint32_t i = 0; ring && i < ring->nranges; i++) {
+        const struct tk_slot_range *r = &ring->ranges[i];
+        if (strcmp(ring->groups[r->group].name, name) != 0)
+            continue;
+        tk_json_obj_open(j);
+        tk_json_kuint(j, "first", r->first);
+        tk_json_kuint(j, "last", r->last);
+        tk_json_obj_close(j);
+    }
+    tk_json_arr_close(j);
+}
+
 /* The Raft fields of /status: members of its object, without the braces
  * (net/admin.c puts them after the node's own). */
 static size_t status_fields(const struct pub *p, char *buf, size_t cap)
@@ -161,6 +192,7 @@ static size_t status_fields(const struct pub *p, char *buf, size_t cap)
     tk_json_kuint(&j, "snapshot_index", st->snapshot_index);
     tk_json_kuint(&j, "log_entries", st->log_entries);
     tk_json_kuint(&j, "next_token", st->token_next);
+    ring_json(&j, p);
     membership_json(&j, p, false);
     /* raftd.h sizes the buffer for the longest addresses and note. */
     TK_ASSERT(tk_json_ok(&j));
@@ -292,6 +324,12 @@ void raftd_publish(struct tk_raftd *r)
         {"raft_batches_refused_total", "counter",
          "Batches refused while leading (clients told to reconnect)", ds.refused_batches},
         {"fencing_next_token", "gauge", "Next fencing token", st.token_next},
+        {"ring_version", "gauge", "Version of the committed ring (0: none; SPEC 15)",
+         ds.ring_version},
+        {"slots_owned", "gauge", "Slots this group owns in the committed ring", ds.slots_owned},
+        {"ring_entries_total{result=\"applied\"}", "counter",
+         "Ring entries applied (changed the ring) or refused at their apply", ds.rings_applied},
+        {"ring_entries_total{result=\"refused\"}", "counter", NULL, ds.rings_refused},
         {"peer_frames_total{direction=\"in\"}", "counter",
          "Peer frames received (in) and sent (out)", ps.frames_in},
         {"peer_frames_total{direction=\"out\"}", "counter", NULL, ps.frames_out},

@@ -45,6 +45,7 @@
     X(req_release, counter, requests, "type=\"release\"", "")                                      \
     X(req_query, counter, requests, "type=\"query\"", "")                                          \
     X(req_ping, counter, requests, "type=\"ping\"", "")                                            \
+    X(req_ring, counter, requests, "type=\"ring\"", "")                                            \
     X(req_invalid, counter, requests, "type=\"invalid\"", "")                                      \
     X(res_granted, counter, responses, "result=\"granted\"",                                       \
       "Responses to clients by result (moved: connections answered M)")                            \
@@ -53,6 +54,7 @@
     X(res_timeout, counter, responses, "result=\"timeout\"", "")                                   \
     X(res_not_held, counter, responses, "result=\"not_held\"", "")                                 \
     X(res_query, counter, responses, "result=\"query\"", "")                                       \
+    X(res_wrong_group, counter, responses, "result=\"wrong_group\"", "")                           \
     X(moved, counter, responses, "result=\"moved\"", "")                                           \
     X(conn_errors, counter, conn_errors, "", "Connections closed by a connection-level error")     \
     X(inflight_paused, counter, inflight_paused, "", "Times a connection hit the in-flight bound") \

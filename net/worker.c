@@ -420,6 +420,7 @@ int tk_worker_create(struct tk_server *s, uint32_t idx)
                 .drift_us = (uint64_t)s->opt.max_clock_drift_ms * 1000u,
             },
         .requests_max = (uint64_t)s->opt.max_connections * s->opt.max_inflight,
+        .grouped = s->opt.group[0] != 0,
     };
     struct tk_msg_out out = {.ctx = w, .put = shard_put};
     struct tk_shard_client cl = {

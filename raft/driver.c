@@ -18,7 +18,7 @@ static void sample(struct tk_driver *d, int which, uint64_t v)
         d->io.sample(d->io.ctx, which, v);
 }
 
-static void to_shard(struct tk_driver *d, uint32_t shard, const struct tk_msg *m)
+void driver_to_shard(struct tk_driver *d, uint32_t shard, const struct tk_msg *m)
 {
     tk_msg_send(&d->out, shard, m);
 }
@@ -29,13 +29,13 @@ static void send_role(struct tk_driver *d, bool lead)
     struct tk_msg m = {.kind = TK_MSG_ROLE, .u.role = {.epoch = d->epoch, .lead = lead}};
     memcpy(m.u.role.leader_addr, d->leader_client, sizeof(d->leader_client));
     for (uint32_t i = 0; i < d->o.nshards; i++)
-        to_shard(d, i, &m);
+        driver_to_shard(d, i, &m);
 }
 
 static void read_done(struct tk_driver *d, uint32_t shard, uint64_t round, bool ok)
 {
     struct tk_msg m = {.kind = TK_MSG_READ_DONE, .u.read_done = {round, ok}};
-    to_shard(d, shard, &m);
+    driver_to_shard(d, shard, &m);
 }
 
 /* ------------------------------------------------------------------ */
@@ -48,6 +48,8 @@ int tk_driver_check_entry(const uint8_t *data,
 {
     if (len < 4)
         return TK_EPROTO;
+    if (slots_entry_is(data, len))
+        return token_first == token_next ? slots_entry_check(data, len) : TK_EPROTO;
     uint32_t ncmds;
     memcpy(&ncmds, data, 4);
     uint64_t expect = token_first;
@@ -77,6 +79,12 @@ static void apply_entry(struct tk_driver *d, uint64_t index, const struct tk_raf
         d->io.fatal(d->io.ctx, "a committed entry is malformed");
         return;
     }
+    if (slots_entry_is(e->data, e->len)) {
+        slots_apply(d, e->data, e->len);
+        if (d->io.applied)
+            d->io.applied(d->io.ctx, index, e);
+        return;
+    }
     uint32_t ncmds;
     memcpy(&ncmds, e->data, 4);
     size_t off = 4;
@@ -84,7 +92,8 @@ static void apply_entry(struct tk_driver *d, uint64_t index, const struct tk_raf
         struct tk_msg m = {.kind = TK_MSG_APPLY};
         size_t used;
         TK_ASSERT(tk_cmd_decode(e->data + off, e->len - off, &m.u.apply.cmd, &used) == TK_OK);
-        to_shard(d, tk_cmd_shard(m.u.apply.cmd.key, m.u.apply.cmd.key_len, d->o.nshards), &m);
+        driver_to_shard(d, tk_cmd_shard(m.u.apply.cmd.key, m.u.apply.cmd.key_len, d->o.nshards),
+                        &m);
         off += used;
     }
     d->m_commands += ncmds;
@@ -113,6 +122,14 @@ static void install_snapshot(struct tk_driver *d, const struct tk_raft_update_in
         d->io.fatal(d->io.ctx, why);
         return;
     }
+    const uint8_t *state;
+    size_t state_len, pos;
+    uint64_t header_count;
+    TK_ASSERT(tk_snap_state(data, len, &header_count, &pos, &state, &state_len) == TK_OK);
+    if (slots_state_check(state, state_len) != TK_OK) {
+        d->io.fatal(d->io.ctx, "the snapshot's ring does not decode");
+        return;
+    }
     /* A cut still running is of a state this install replaces: the shards
      * end theirs when they get the install. */
     snapshot_reset(d);
@@ -121,7 +138,8 @@ static void install_snapshot(struct tk_driver *d, const struct tk_raft_update_in
     struct tk_msg_install *in = calloc(n, sizeof(*in));
     size_t *cap = calloc(n, sizeof(*cap));
     TK_ASSERT(in != NULL && cap != NULL);
-    size_t pos = TK_SNAP_HEADER_LEN;
+    /* The ring first: at the snapshot's index it was this one. */
+    slots_state_load(d, state, state_len);
     for (uint64_t i = 0; i < count; i++) {
         struct tk_cmd c;
         uint32_t left = 0;
@@ -144,7 +162,7 @@ static void install_snapshot(struct tk_driver *d, const struct tk_raft_update_in
     for (uint32_t i = 0; i < n; i++) {
         struct tk_msg m = {.kind = TK_MSG_INSTALL, .u.install = in[i]};
         m.u.install.index = index;
-        to_shard(d, i, &m); /* the shard frees data */
+        driver_to_shard(d, i, &m); /* the shard frees data */
     }
     free(cap);
     free(in);
@@ -250,9 +268,16 @@ static void request_snapshot(struct tk_driver *d, uint64_t index)
     d->snap_busy = true;
     d->snap_index = index;
     d->snap_asked_us = d->now;
+    /* The ring as it stands at index, for the blob's state. */
+    d->snap_state_len = slots_state_len(d);
+    if (d->snap_state_len) {
+        d->snap_state = malloc(d->snap_state_len);
+        TK_ASSERT(d->snap_state != NULL);
+        slots_state_put(d, d->snap_state);
+    }
     struct tk_msg m = {.kind = TK_MSG_SNAP_REQ, .u.snap_req = {index}};
     for (uint32_t w = 0; w < d->o.nshards; w++)
-        to_shard(d, w, &m);
+        driver_to_shard(d, w, &m);
 }
 
 static void observe_commits(struct tk_driver *d, uint64_t commit)
@@ -446,6 +471,9 @@ static void snapshot_reset(struct tk_driver *d)
         free(d->snap_early[i].part.data);
     free(d->snap_early);
     free(d->snap_blob);
+    free(d->snap_state);
+    d->snap_state = NULL;
+    d->snap_state_len = 0;
     d->snap_early = NULL;
     d->snap_nearly = d->snap_early_cap = 0;
     d->snap_blob = NULL;
@@ -464,7 +492,7 @@ static void snapshot_done(struct tk_driver *d)
         TK_ASSERT(r->final && r->count == r->total_count && r->len == r->total_len);
         count += r->count;
     }
-    tk_snap_put_header(d->snap_blob, count);
+    tk_snap_put_header_state(d->snap_blob, count, d->snap_state, d->snap_state_len);
     uint8_t *blob = d->snap_blob;
     size_t bytes = d->snap_len;
     uint64_t index = d->snap_index;
@@ -512,7 +540,7 @@ static void snapshot_place(struct tk_driver *d, uint32_t src, struct tk_msg_snap
  * order after the header, and the pieces that came early copied in. */
 static void snapshot_alloc(struct tk_driver *d)
 {
-    size_t off = TK_SNAP_HEADER_LEN;
+    size_t off = tk_snap_header_len(d->snap_state_len);
     for (uint32_t w = 0; w < d->o.nshards; w++) {
         d->snap_sh[w].off = off;
         off += d->snap_sh[w].total_len;
@@ -664,6 +692,7 @@ struct tk_driver *tk_driver_create(const struct tk_driver_options *o,
         return NULL;
     d->o = *o;
     d->o.advertise[TK_MSG_ADDR_MAX - 1] = 0;
+    d->o.group[TK_SLOTS_NAME_MAX] = 0;
     d->out = *out;
     d->io = *io;
     d->core = tk_raft_create(&o->raft);
@@ -685,6 +714,7 @@ void tk_driver_destroy(struct tk_driver *d)
         free(d->spare);
     }
     snapshot_reset(d);
+    slots_free(d);
     tk_raft_destroy(d->core);
     free(d);
 }
@@ -757,4 +787,5 @@ void tk_driver_stats(const struct tk_driver *d, struct tk_driver_stats *st)
     st->epoch = d->epoch;
     st->applied = d->applied;
     st->serving = d->leader_ready;
+    slots_stats(d, st);
 }

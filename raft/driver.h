@@ -25,6 +25,10 @@
  *    refuses while this node leads (a leadership transfer) steps the shards
  *    down, so no key stays in flight with nobody to finish it.
  *  - Reads: the barriers asked in a round become one read group.
+ *  - Slots (SPEC 15): a ring an operator gives (SLOTS frame) is checked,
+ *    proposed as a DATA entry of its own and, once applied, answered; at
+ *    its apply every shard gets the slots its group serves (SLOTS
+ *    message), in order with the commands. The ring travels in snapshots.
  *  - Snapshots: SNAP_REQ to every shard; the pieces of each shard's
  *    incremental cut are copied into its region of one blob (core/snap.h),
  *    allocated once every shard said its size; install split per shard,
@@ -34,6 +38,7 @@
 #define TK_RAFT_DRIVER_H
 
 #include "core/msg.h"
+#include "core/slots.h"
 #include "raft/raft.h"
 #include "raft/wire.h"
 
@@ -79,8 +84,8 @@ struct tk_driver_io {
      * by NodeId (the simulation's). */
     void (*send)(void *ctx, const struct tk_wire_frame *f, const char *addr);
     /* Clusters: an answer on the link a frame came in on (the `link` of
-     * tk_driver_peer_frame, during that call). A JoinReply is to be signed
-     * for that link's handshake (tk_wire_join_reply_text). */
+     * tk_driver_peer_frame, during that call). A JoinReply or SlotsReply is to be signed
+     * for that link's handshake (tk_wire_reply_text). */
     void (*reply)(void *ctx, uint64_t link, struct tk_wire_frame *f);
     /* Clusters: closes that link (a frame of another fencing domain). */
     void (*close_link)(void *ctx, uint64_t link);
@@ -127,6 +132,11 @@ struct tk_driver_options {
      * this node proposes when it forces a new domain. */
     uint64_t drift_us, hold_us;
     struct tk_driver_cluster cluster;
+    /* --group (SPEC 15): the name of this node's group, "" for none. A
+     * group with a name serves no slot until a ring naming it is
+     * committed; one without serves every slot until then, and takes only
+     * a ring that gives it every slot. */
+    char group[TK_SLOTS_NAME_MAX + 1];
 };
 
 struct tk_driver_stats {
@@ -137,7 +147,12 @@ struct tk_driver_stats {
     uint64_t refused_batches;      /* batches refused while leading */
     uint64_t epoch;
     uint64_t applied;
-    bool serving; /* the shards lead */
+    bool serving;          /* the shards lead */
+    uint64_t ring_version; /* 0: no ring committed */
+    uint32_t
+        slots_owned; /* by this group in the committed ring (TK_SLOTS with none and no --group) */
+    uint64_t rings_applied; /* ring entries that changed the ring */
+    uint64_t rings_refused; /* ring entries that did not (refused at their apply) */
 };
 
 struct tk_driver;
@@ -230,6 +245,9 @@ bool tk_driver_serving(const struct tk_driver *d);
 /* The leader's client address the shards were last told ("" if none). */
 const char *tk_driver_leader_addr(const struct tk_driver *d);
 void tk_driver_stats(const struct tk_driver *d, struct tk_driver_stats *st);
+/* The committed ring (NULL: none) and the group it was given to (""
+ * with none): read only, valid until the driver's next step. */
+const struct tk_slot_ring *tk_driver_ring(const struct tk_driver *d, const char **group);
 /* Checks the payload of a DATA entry (u32 count | commands, grants
  * numbered token_first, token_first + 1, ... up to token_next). */
 int tk_driver_check_entry(const uint8_t *data,

@@ -5,6 +5,7 @@
 #ifndef TK_RAFT_DRIVER_INTERNAL_H
 #define TK_RAFT_DRIVER_INTERNAL_H
 
+#include "core/slots.h"
 #include "raft/boot.h"
 #include "raft/driver.h"
 
@@ -94,6 +95,18 @@ struct members {
     uint64_t dials_refused, joins, changes;
 };
 
+/* The ring (SPEC 15) in this group's replicated state (raft/driver_slots.c). */
+struct slots {
+    struct tk_slot_ring *ring;         /* NULL: none committed */
+    char group[TK_SLOTS_NAME_MAX + 1]; /* the group the committed ring was given to */
+    uint8_t *bytes;                    /* its encoding, as committed */
+    size_t bytes_len;
+    /* The operator's ring this leader proposed last: until it is applied,
+     * another request is answered RETRY (one at a time). */
+    uint64_t pending_index, pending_term;
+    uint64_t rings_applied, rings_refused;
+};
+
 struct tk_driver {
     struct tk_driver_options o;
     struct tk_msg_out out;
@@ -130,6 +143,8 @@ struct tk_driver {
     uint64_t snap_asked_us;
     uint8_t *snap_blob;
     size_t snap_len;
+    uint8_t *snap_state; /* the ring at snap_index (raft/driver_slots.c), or NULL */
+    size_t snap_state_len;
     uint32_t snap_known, snap_finals; /* shards whose size / final piece came */
     struct snap_region {
         bool known, final;
@@ -148,9 +163,42 @@ struct tk_driver {
     uint64_t m_commands, m_entries, m_snapshot_bytes, m_refused, m_snapshot_cut_us;
 
     struct members m;
+    struct slots sl;
 };
 
 void driver_event(struct tk_driver *d, int ev, uint64_t a, uint64_t b);
+void driver_to_shard(struct tk_driver *d, uint32_t shard, const struct tk_msg *m);
+
+/* raft/driver_slots.c. A DATA entry whose u32 count is TK_DRIVER_SLOTS_MARK
+ * holds a ring, not commands:
+ *     u32 mark | u8 op (1: ring) | u8 name_len | group name | ring (core/slots.h)
+ * It consumes no token. */
+#define TK_DRIVER_SLOTS_MARK UINT32_MAX
+bool slots_entry_is(const uint8_t *data, uint32_t len);
+int slots_entry_check(const uint8_t *data, uint32_t len);
+void slots_apply(struct tk_driver *d, const uint8_t *data, uint32_t len);
+/* Leader, from membership.c: an operator's SLOTS frame, answered at once
+ * on its link: OK (this ring is the committed one), REFUSED with why,
+ * RETRY while it (or another) is being committed, so that the operator
+ * asks again until OK or REFUSED. */
+void slots_request(struct tk_driver *d, uint64_t link, const struct tk_raft_msg *msg);
+void slots_stats(const struct tk_driver *d, struct tk_driver_stats *st);
+/* The state a snapshot carries (0 bytes: no ring), into buf of at least
+ * that many bytes. */
+size_t slots_state_len(const struct tk_driver *d);
+void slots_state_put(const struct tk_driver *d, uint8_t *buf);
+/* An install: the state of the blob (NULL: none); TK_EPROTO if it does
+ * not decode (checked before anything changed). */
+int slots_state_check(const uint8_t *state, size_t len);
+void slots_state_load(struct tk_driver *d, const uint8_t *state, size_t len);
+void slots_free(struct tk_driver *d);
+
+/* raft/membership.c: answers an operator's SLOTS frame on its link. */
+void members_slots_reply(struct tk_driver *d,
+                         uint64_t link,
+                         uint64_t to,
+                         uint8_t status,
+                         const char *why);
 
 /* raft/membership.c */
 void members_init(struct tk_driver *d);

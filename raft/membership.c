@@ -276,6 +276,35 @@ static void send_join_reply(struct tk_driver *d, uint64_t link, uint64_t to, uin
     d->io.reply(d->io.ctx, link, &f);
 }
 
+void members_slots_reply(struct tk_driver *d,
+                         uint64_t link,
+                         uint64_t to,
+                         uint8_t status,
+                         const char *why)
+{
+    struct tk_raft_msg rep = {.type = TK_RAFT_MSG_SLOTS_REPLY,
+                              .from = M(d)->self_id,
+                              .to = to,
+                              .term = tk_raft_term(d->core)};
+    rep.slots_reply.status = status;
+    struct tk_driver_stats st;
+    tk_driver_stats(d, &st);
+    rep.slots_reply.version = st.ring_version;
+    uint64_t lid = live_leader(d);
+    const struct tk_raft_member *lm = lid ? member_of(d, lid) : NULL;
+    if (lm && status == TK_RAFT_SLOTS_NOT_LEADER) {
+        rep.slots_reply.leader_id = lid;
+        rep.slots_reply.leader_peer_addr = str_of(lm->peer_addr);
+    }
+    if (why) {
+        size_t n = strnlen(why, TK_RAFT_SLOTS_WHY_MAX);
+        rep.slots_reply.why = (struct tk_raft_str){why, (uint16_t)n};
+    }
+    struct tk_wire_frame f = {.msg = rep};
+    domain_of(d, &f.domain_lo, &f.domain_hi);
+    d->io.reply(d->io.ctx, link, &f);
+}
+
 /* Notes the NodeIds that left the configuration since the last call. */
 static void note_gone(struct tk_driver *d)
 {
@@ -877,6 +906,16 @@ uint64_t members_deadline(const struct tk_driver *d)
 void tk_driver_peer_frame(struct tk_driver *d, uint64_t link, const struct tk_wire_frame *f)
 {
     struct members *m = M(d);
+    if (f->msg.type == TK_RAFT_MSG_SLOTS) {
+        /* Not membership, but an operator's request like REMOVE: the
+         * ring (raft/driver_slots.c). A standalone driver takes it too
+         * (the simulation's), though ticketingd has no peer port then. */
+        if (tk_raft_role(d->core) != TK_RAFT_LEADER || !d->leader_ready)
+            members_slots_reply(d, link, f->msg.from, TK_RAFT_SLOTS_NOT_LEADER, NULL);
+        else
+            slots_request(d, link, &f->msg);
+        return;
+    }
     if (m->c.npeers == 0)
         return;
     uint64_t lo, hi;
@@ -900,6 +939,8 @@ void tk_driver_peer_frame(struct tk_driver *d, uint64_t link, const struct tk_wi
         case TK_RAFT_MSG_REMOVE:
             on_remove(d, link, &f->msg);
             return;
+        case TK_RAFT_MSG_SLOTS_REPLY:
+            return; /* for ticketctl */
         case TK_RAFT_MSG_BOOT:
             on_boot(d, &f->msg);
             return;

@@ -200,8 +200,19 @@ enum tk_raft_msg_type {
     TK_RAFT_MSG_PROBE_REPLY = 12,
     TK_RAFT_MSG_REMOVE = 13, /* an operator (ticketctl) asks the leader to drop a member */
     TK_RAFT_MSG_BOOT = 14,   /* the new-domain agreement among fresh nodes (raft/boot.h) */
+    TK_RAFT_MSG_SLOTS = 15,  /* an operator (ticketctl ring apply) gives the leader a ring */
+    TK_RAFT_MSG_SLOTS_REPLY = 16,
 };
-#define TK_RAFT_MSG_TYPE_MAX 14
+#define TK_RAFT_MSG_TYPE_MAX 16
+
+/* SLOTS_REPLY: what became of a ring an operator gave (SPEC 15). */
+enum tk_raft_slots_status {
+    TK_RAFT_SLOTS_OK = 0,         /* committed: the group's ring is now `version` */
+    TK_RAFT_SLOTS_NOT_LEADER = 1, /* ask leader_id at leader_peer_addr */
+    TK_RAFT_SLOTS_RETRY = 2,      /* another ring is being committed; ask again */
+    TK_RAFT_SLOTS_REFUSED = 3,    /* why says why; nothing changed */
+};
+#define TK_RAFT_SLOTS_WHY_MAX 255 /* SLOTS_REPLY's why: bytes 0x20-0x7E */
 
 /* A string that points into someone else's buffer (not NUL-terminated). */
 struct tk_raft_str {
@@ -282,7 +293,7 @@ struct tk_raft_msg {
             uint64_t leader_id; /* 0 if unknown */
             struct tk_raft_str leader_peer_addr;
             /* The sender's MAC of the three fields above, bound to the
-             * link's handshake (tk_wire_join_reply_text, tk_hs_mac): what
+             * link's handshake (tk_wire_reply_text, tk_hs_mac): what
              * lets `ticketctl remove-member` trust the answer. */
             uint8_t mac[32];
         } join_reply;
@@ -295,6 +306,19 @@ struct tk_raft_msg {
         struct {         /* REMOVE */
             uint64_t id; /* the member to remove */
         } remove;
+        struct {                      /* SLOTS */
+            struct tk_raft_str group; /* the group the ring is meant for */
+            const uint8_t *ring;      /* core/slots.h encoding, checked by the driver */
+            uint32_t ring_len;        /* <= TK_SLOTS_ENCODED_MAX */
+        } slots;
+        struct {                /* SLOTS_REPLY */
+            uint8_t status;     /* enum tk_raft_slots_status */
+            uint64_t version;   /* the group's ring version now (0: none) */
+            uint64_t leader_id; /* NOT_LEADER: 0 if unknown */
+            struct tk_raft_str leader_peer_addr;
+            struct tk_raft_str why; /* REFUSED: a sentence */
+            uint8_t mac[32];        /* as JOIN_REPLY's (tk_wire_reply_text) */
+        } slots_reply;
         struct {           /* PROBE_REPLY; the frame header carries the domain */
             uint8_t flags; /* TK_RAFT_PROBE_* */
             uint64_t peers_hash;

@@ -6,6 +6,7 @@
  * to exactly one message or to TK_EPROTO.
  */
 #include "raft/wire.h"
+#include "core/slots.h"
 
 #include <string.h>
 
@@ -100,6 +101,11 @@ static size_t payload_len(const struct tk_raft_msg *m)
                    m->probe_reply.leader_client_addr.len;
         case TK_RAFT_MSG_REMOVE:
             return 8;
+        case TK_RAFT_MSG_SLOTS:
+            return 2 + (size_t)m->slots.group.len + 4 + m->slots.ring_len;
+        case TK_RAFT_MSG_SLOTS_REPLY:
+            return 1 + 8 + 8 + 2 + (size_t)m->slots_reply.leader_peer_addr.len + 2 +
+                   m->slots_reply.why.len + sizeof(m->slots_reply.mac);
         case TK_RAFT_MSG_BOOT:
             return BOOT_FIXED_LEN + (m->boot.config ? config_len(m->boot.config) : 0);
         default:
@@ -227,6 +233,20 @@ static void encode_payload(struct wbuf *w, const struct tk_raft_msg *m)
         case TK_RAFT_MSG_REMOVE:
             w_u64(w, m->remove.id);
             break;
+        case TK_RAFT_MSG_SLOTS:
+            TK_ASSERT(m->slots.ring_len <= TK_SLOTS_ENCODED_MAX);
+            w_str(w, m->slots.group);
+            w_u32(w, m->slots.ring_len);
+            w_bytes(w, m->slots.ring, m->slots.ring_len);
+            break;
+        case TK_RAFT_MSG_SLOTS_REPLY:
+            w_u8(w, m->slots_reply.status);
+            w_u64(w, m->slots_reply.version);
+            w_u64(w, m->slots_reply.leader_id);
+            w_str(w, m->slots_reply.leader_peer_addr);
+            w_str(w, m->slots_reply.why);
+            w_bytes(w, m->slots_reply.mac, sizeof(m->slots_reply.mac));
+            break;
         case TK_RAFT_MSG_BOOT:
             encode_boot(w, m);
             break;
@@ -331,7 +351,9 @@ static uint8_t r_bool(struct rbuf *r)
 }
 
 /* A string: visible ASCII, at most TK_RAFT_ADDR_MAX, empty only if allowed. */
-static struct tk_raft_str r_str(struct rbuf *r, bool empty_ok)
+/* A string of at most TK_RAFT_ADDR_MAX bytes from lo to 0x7E (0x21: a
+ * word, 0x20: a sentence). */
+static struct tk_raft_str r_text(struct rbuf *r, bool empty_ok, uint8_t lo)
 {
     struct tk_raft_str s = {NULL, 0};
     uint16_t n = r_u16(r);
@@ -343,11 +365,16 @@ static struct tk_raft_str r_str(struct rbuf *r, bool empty_ok)
     }
     const uint8_t *p = r_bytes(r, n);
     for (uint16_t i = 0; p != NULL && i < n; i++)
-        if (p[i] < 0x21 || p[i] > 0x7e)
+        if (p[i] < lo || p[i] > 0x7e)
             r->bad = true;
     s.p = (const char *)p;
     s.len = n;
     return s;
+}
+
+static struct tk_raft_str r_str(struct rbuf *r, bool empty_ok)
+{
+    return r_text(r, empty_ok, 0x21);
 }
 
 static void decode_append(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire_scratch *s)
@@ -503,6 +530,27 @@ static void decode_payload(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire
             if (m->remove.id == 0)
                 r->bad = true;
             break;
+        case TK_RAFT_MSG_SLOTS:
+            m->slots.group = r_str(r, false);
+            m->slots.ring_len = r_u32(r);
+            if (m->slots.ring_len > TK_SLOTS_ENCODED_MAX)
+                r->bad = true;
+            else
+                m->slots.ring = r_bytes(r, m->slots.ring_len);
+            break;
+        case TK_RAFT_MSG_SLOTS_REPLY: {
+            m->slots_reply.status = r_u8(r);
+            m->slots_reply.version = r_u64(r);
+            m->slots_reply.leader_id = r_u64(r);
+            m->slots_reply.leader_peer_addr = r_str(r, true);
+            m->slots_reply.why = r_text(r, true, 0x20);
+            const uint8_t *smac = r_bytes(r, sizeof(m->slots_reply.mac));
+            if (smac)
+                memcpy(m->slots_reply.mac, smac, sizeof(m->slots_reply.mac));
+            if (m->slots_reply.status > TK_RAFT_SLOTS_REFUSED)
+                r->bad = true;
+            break;
+        }
         case TK_RAFT_MSG_BOOT:
             decode_boot(r, m, s);
             break;
@@ -549,26 +597,52 @@ int tk_wire_decode(const uint8_t *buf,
     return TK_OK;
 }
 
-size_t tk_wire_join_reply_text(const struct tk_raft_msg *m, char *out, size_t cap)
+static size_t put_hex16(char *out, uint64_t v)
 {
     static const char hex[] = "0123456789abcdef";
-    const struct tk_raft_str *a = &m->join_reply.leader_peer_addr;
-    TK_ASSERT(m->type == TK_RAFT_MSG_JOIN_REPLY);
-    TK_ASSERT(cap >= TK_WIRE_REPLY_TEXT_MAX);
-    TK_ASSERT(a->len <= TK_RAFT_ADDR_MAX);
-    size_t n = 0;
-    uint8_t st = m->join_reply.status;
-    TK_ASSERT(st < 10);
-    out[n++] = (char)('0' + st);
-    out[n++] = ' ';
     for (int i = 15; i >= 0; i--)
-        out[n++] = hex[(m->join_reply.leader_id >> (4 * i)) & 15];
-    out[n++] = ' ';
+        *out++ = hex[(v >> (4 * i)) & 15];
+    return 16;
+}
+
+static size_t put_str(char *out, const struct tk_raft_str *a)
+{
+    TK_ASSERT(a->len <= TK_RAFT_ADDR_MAX);
     if (a->len == 0) {
-        out[n++] = '-';
+        out[0] = '-';
+        return 1;
+    }
+    memcpy(out, a->p, a->len);
+    return a->len;
+}
+
+size_t tk_wire_reply_text(const struct tk_raft_msg *m, char *out, size_t cap)
+{
+    TK_ASSERT(cap >= TK_WIRE_REPLY_TEXT_MAX);
+    size_t n = 0;
+    if (m->type == TK_RAFT_MSG_JOIN_REPLY) {
+        uint8_t st = m->join_reply.status;
+        TK_ASSERT(st < 10);
+        out[n++] = (char)('0' + st);
+        out[n++] = ' ';
+        n += put_hex16(out + n, m->join_reply.leader_id);
+        out[n++] = ' ';
+        n += put_str(out + n, &m->join_reply.leader_peer_addr);
     } else {
-        memcpy(out + n, a->p, a->len);
-        n += a->len;
+        TK_ASSERT(m->type == TK_RAFT_MSG_SLOTS_REPLY);
+        uint8_t st = m->slots_reply.status;
+        TK_ASSERT(st < 10);
+        memcpy(out, "slots ", 6);
+        n = 6;
+        out[n++] = (char)('0' + st);
+        out[n++] = ' ';
+        n += put_hex16(out + n, m->slots_reply.version);
+        out[n++] = ' ';
+        n += put_hex16(out + n, m->slots_reply.leader_id);
+        out[n++] = ' ';
+        n += put_str(out + n, &m->slots_reply.leader_peer_addr);
+        out[n++] = ' ';
+        n += put_str(out + n, &m->slots_reply.why);
     }
     TK_ASSERT(n <= cap);
     return n;

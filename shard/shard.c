@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/slots.h"
 #include "core/snap.h"
 #include "shard/shard.h"
 
@@ -54,6 +55,8 @@ struct tk_shard {
     struct early_req *early_head, *early_tail;
     uint64_t nearly;
     struct shard_cut cut;
+    struct tk_slot_view *slots; /* NULL: no ring committed yet */
+    uint64_t wrong_group;       /* W answers */
 };
 
 /* ------------------------------------------------------------------ */
@@ -165,8 +168,36 @@ void tk_shard_flush(struct tk_shard *sh)
 /* ------------------------------------------------------------------ */
 /* Requests */
 
+/* SPEC 15: whether this group serves the key's slot at its committed
+ * state. With no ring, a group named by --group serves nothing yet and
+ * one without serves every slot. */
+static bool serves(const struct tk_shard *sh, const struct tk_msg_req *q, uint32_t *slot)
+{
+    if (!sh->slots) {
+        *slot = sh->o.grouped ? tk_slot(q->key, q->key_len) : 0;
+        return !sh->o.grouped;
+    }
+    *slot = tk_slot(q->key, q->key_len);
+    return tk_slots_bit(sh->slots->serve, *slot);
+}
+
 static void local_request(struct tk_shard *sh, const struct tk_msg_req *q)
 {
+    uint32_t slot;
+    if (!sh->leader) {
+        refuse(sh, q->client, q->id, TK_REFUSE_MOVED);
+        return;
+    }
+    if (!serves(sh, q, &slot)) {
+        struct tk_msg_reply w = {.client = q->client,
+                                 .id = q->id,
+                                 .token = sh->slots ? sh->slots->version : 0,
+                                 .waiters = slot,
+                                 .type = 'W'};
+        sh->wrong_group++;
+        reply_now(sh, &w);
+        return;
+    }
     struct tk_lock_req lr = {
         .type = q->type,
         .client = q->client,
@@ -386,6 +417,20 @@ static void install(struct tk_shard *sh, const struct tk_msg_install *in)
     free(in->data);
 }
 
+/* The ring changed (a committed entry or an install). Ownership only
+ * changes at a committed entry, in the order of the commands around it:
+ * a request read after this message is judged by the new view. */
+static void set_slots(struct tk_shard *sh, struct tk_slot_view *v)
+{
+    free(sh->slots);
+    sh->slots = v;
+}
+
+const struct tk_slot_view *tk_shard_slots(const struct tk_shard *sh)
+{
+    return sh->slots;
+}
+
 void tk_shard_message(struct tk_shard *sh,
                       uint64_t now_us,
                       uint32_t src,
@@ -437,6 +482,10 @@ void tk_shard_message(struct tk_shard *sh,
             TK_ASSERT(from_driver);
             install(sh, &m.u.install);
             break;
+        case TK_MSG_SLOTS:
+            TK_ASSERT(from_driver);
+            set_slots(sh, m.u.slots.view);
+            break;
         default:
             TK_ASSERT(!"unexpected message kind for a shard");
     }
@@ -468,6 +517,7 @@ void tk_shard_stats(const struct tk_shard *sh, struct tk_shard_stats *st)
     st->read_barriers = sh->read_barriers;
     st->early = sh->nearly;
     st->epoch = sh->epoch;
+    st->wrong_group = sh->wrong_group;
 }
 
 void tk_shard_check(const struct tk_shard *sh)
@@ -523,6 +573,7 @@ void tk_shard_destroy(struct tk_shard *sh)
         e = next;
     }
     cut_abort(sh);
+    free(sh->slots);
     tk_lock_destroy(sh->table);
     free(sh);
 }

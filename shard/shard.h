@@ -29,6 +29,10 @@
  *    tk_shard_deadline() says when the next slice is due; the records go to the driver in pieces of
  * up to TK_SHARD_CUT_PIECE bytes. INSTALL replaces the table (and ends a cut still running).
  *
+ *  - Slots (SPEC 15): a request whose key's slot the group does not serve
+ *    is answered W at the key's shard, which hears of ring changes in the
+ *    same order as the committed commands (SLOTS messages).
+ *
  * Bounds: held replies and early requests are each bounded by the requests
  * in flight on the node (requests_max), asserted.
  */
@@ -103,6 +107,9 @@ struct tk_shard_options {
      * TK_SHARD_CUT_SLICE and TK_SHARD_CUT_PIECE (tests cut small). */
     uint32_t cut_slice;
     size_t cut_piece;
+    /* SPEC 15: the node was started with --group, so its group serves no
+     * slot until a ring is committed; otherwise every slot until then. */
+    bool grouped;
 };
 
 struct tk_shard_stats {
@@ -111,6 +118,7 @@ struct tk_shard_stats {
     uint64_t read_barriers; /* barriers asked */
     uint64_t early;         /* forwarded requests waiting for a ROLE */
     uint64_t epoch;
+    uint64_t wrong_group; /* requests answered W */
 };
 
 struct tk_shard;
@@ -144,6 +152,9 @@ bool tk_shard_leads(const struct tk_shard *sh);
 void tk_shard_stats(const struct tk_shard *sh, struct tk_shard_stats *st);
 /* O(n) check of the table; panics on corruption. */
 void tk_shard_check(const struct tk_shard *sh);
+/* The ring as this shard last heard of it (NULL: none committed), for S
+ * answers: read only, valid until the shard's next message. */
+const struct tk_slot_view *tk_shard_slots(const struct tk_shard *sh);
 /* The lock table, read-only (the simulation compares it to its model). */
 const struct tk_lock_table *tk_shard_table(const struct tk_shard *sh);
 

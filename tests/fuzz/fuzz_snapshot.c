@@ -105,9 +105,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = 0;
     uint64_t header = 0;
     size_t pos = 0;
-    if (tk_snap_header(blob, size, &header, &pos) == TK_OK) {
+    const uint8_t *state = NULL;
+    size_t state_len = 0;
+    if (tk_snap_state(blob, size, &header, &pos, &state, &state_len) == TK_OK) {
         bool v2 = memcmp(blob, TK_SNAP_MAGIC_V2, 8) == 0;
-        FUZZ_CHECK(pos == TK_SNAP_HEADER_LEN && (v2 || memcmp(blob, TK_SNAP_MAGIC, 8) == 0));
+        bool v4 = memcmp(blob, TK_SNAP_MAGIC_STATE, 8) == 0;
+        FUZZ_CHECK(v2 || v4 || memcmp(blob, TK_SNAP_MAGIC, 8) == 0);
+        FUZZ_CHECK(v4 == (state != NULL) && v4 == (state_len > 0));
+        FUZZ_CHECK(pos == tk_snap_header_len(state_len) && pos <= size);
+        FUZZ_CHECK(!v4 ||
+                   (state == blob + TK_SNAP_HEADER_LEN + 4 && state_len <= TK_SNAP_STATE_MAX));
         ok = true;
         while (pos < size && ok) {
             size_t before = pos;
@@ -141,9 +148,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Canonical: header and records encode back to the very same blob. */
     uint8_t *again = malloc(size);
     FUZZ_CHECK(again != NULL);
-    memcpy(again, blob, TK_SNAP_MAGIC_LEN); /* either layout's magic */
-    memcpy(again + TK_SNAP_MAGIC_LEN, &count, 8);
-    size_t off = TK_SNAP_HEADER_LEN;
+    if (state_len) {
+        tk_snap_put_header_state(again, count, state, state_len);
+    } else {
+        memcpy(again, blob, TK_SNAP_MAGIC_LEN); /* either layout's magic */
+        memcpy(again + TK_SNAP_MAGIC_LEN, &count, 8);
+    }
+    size_t off = tk_snap_header_len(state_len);
     for (size_t i = 0; i < n; i++) {
         size_t w = tk_snap_put(again + off, size - off, &recs[i], left[i]);
         FUZZ_CHECK(w > 0);

@@ -1,6 +1,6 @@
 /* Writes the seed corpora of the fuzz targets: valid inputs built the way
  * the unit tests build them (tests/unit/test_proto.c, test_raft_wire.c,
- * test_lock_random.c), a few small files per target.
+ * test_lock_random.c, test_slots.c), a few small files per target.
  *
  *     make -f tests/fuzz/Makefile BUILD=/tmp/fz seeds
  *     /tmp/fz/gen_seeds tests/fuzz/corpus
@@ -16,6 +16,7 @@
 
 #include "core/cmd.h"
 #include "core/proto.h"
+#include "core/slots.h"
 #include "core/snap.h"
 #include "raft/wire.h"
 #include "tests/support/wire_sample.h"
@@ -210,6 +211,33 @@ static void binary_seeds(void)
     snap("three", held, 3);
 }
 
+/* ---- rings: files, S bodies, encodings (tests/fuzz/fuzz_slots.c) ---- */
+
+#define SLOTS_FILE                                                        \
+    "# two groups\nversion 7\n\n0-8191=a@127.0.0.1:7001,127.0.0.1:7002\n" \
+    "8192-16383=b@127.0.0.1:7101\n"
+
+static void slots_seeds(void)
+{
+    static struct tk_slot_ring r; /* about 50 KiB */
+    static uint8_t buf[TK_SLOTS_ENCODED_MAX];
+    char why[128];
+    put_str("slots", "file", SLOTS_FILE);
+    put_str("slots", "file-crlf",
+            "version 3\r\n-\r\n200-299=g-2@[::1]:7400\r\n0-99=g1@node-0.svc:7401;100-199=g1@"
+            "node-0.svc:7401");
+    put_str("slots", "body", "0-8191=a@127.0.0.1:7001,127.0.0.1:7002;8192-16383=b@127.0.0.1:7101");
+    put_str("slots", "empty", "version 1\n-\n");
+    if (tk_slots_parse_file(SLOTS_FILE, strlen(SLOTS_FILE), &r, why, sizeof(why)) != TK_OK) {
+        fprintf(stderr, "slots seed: %s\n", why);
+        exit(1);
+    }
+    size_t n = tk_slots_encode(&r, buf, sizeof(buf));
+    if (n == 0)
+        abort();
+    put("slots", "encoded", buf, n);
+}
+
 /* ---- lock model: choice bytes (tests/fuzz/fuzz_lock.c) ---- */
 
 static void lock_seeds(void)
@@ -246,5 +274,6 @@ int main(int argc, char **argv)
     wire_seeds();
     binary_seeds();
     lock_seeds();
+    slots_seeds();
     return 0;
 }

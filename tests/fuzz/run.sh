@@ -7,7 +7,7 @@
 #   --jobs J     targets fuzzed at the same time (default 1); the build
 #                always uses every core
 #   target...    some of: request handshake wire snapshot cmd response
-#                admin_http lock addr (default: all of them)
+#                admin_http lock addr slots (default: all of them)
 # Environment: TK_FUZZ_BUILD, the build directory (default build-fuzz).
 #
 # Needs clang and its libFuzzer runtime (Debian packages clang and
@@ -25,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 
-all=(request handshake wire snapshot cmd response admin_http lock addr)
+all=(request handshake wire snapshot cmd response admin_http lock addr slots)
 seconds=10
 jobs=1
 targets=()
@@ -60,6 +60,7 @@ max_len() {
     admin_http) echo 4200 ;; # the listener reads at most 4096 bytes
     lock) echo 2048 ;;       # choices for up to 400 operations
     addr) echo 2200 ;;       # a mode byte and a list of up to 8 addresses
+    slots) echo 16384 ;;     # a ring file or encoding up to the 1024-range limit
   esac
 }
 

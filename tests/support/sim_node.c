@@ -380,7 +380,9 @@ static void check_blob(struct sim_nodes *S, int slot, uint64_t index, const uint
           "node %d installs a bad snapshot: %s", slot, why);
     CHECK(S, index <= S->c->committed_max, "snapshot at %llu beyond the commit",
           (unsigned long long)index);
-    size_t pos = TK_SNAP_HEADER_LEN;
+    size_t pos = 0;
+    uint64_t header_count = 0;
+    CHECK(S, tk_snap_header(b, len, &header_count, &pos) == TK_OK, "snapshot header");
     for (uint64_t i = 0; i < count; i++) {
         struct tk_cmd c;
         uint32_t left = 0;

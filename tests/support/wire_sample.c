@@ -120,6 +120,20 @@ struct tk_wire_frame tk_wire_sample(uint8_t type, const struct tk_raft_config *c
         case TK_RAFT_MSG_REMOVE:
             m->remove.id = 0x1234567890abcdefull;
             break;
+        case TK_RAFT_MSG_SLOTS: {
+            static const uint8_t ring[] = {1, 2, 3, 4, 5, 6, 7};
+            m->slots.group = sample_str("sales-b");
+            m->slots.ring = ring;
+            m->slots.ring_len = sizeof(ring);
+            break;
+        }
+        case TK_RAFT_MSG_SLOTS_REPLY:
+            m->slots_reply.status = TK_RAFT_SLOTS_REFUSED;
+            m->slots_reply.version = 7;
+            m->slots_reply.leader_id = 99;
+            m->slots_reply.leader_peer_addr = sample_str("leader:7401");
+            m->slots_reply.why = sample_str("version 7 is not newer than this group's ring");
+            break;
         case TK_RAFT_MSG_BOOT:
             m->boot.phase = TK_BOOT_ACCEPT;
             m->boot.round = 3;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/slots.h"
 #include "core/snap.h"
 #include "raft/driver.h"
 #include "shard/shard.h"
@@ -97,6 +98,19 @@ static void on_send(void *c, const struct tk_wire_frame *f, const char *addr)
     cr_assert_fail("a standalone node sends nothing");
 }
 
+/* The driver's answer to a peer frame (an operator's SLOTS). */
+static struct tk_raft_msg last_reply;
+static char last_why[TK_RAFT_SLOTS_WHY_MAX + 1];
+
+static void on_peer_reply(void *c, uint64_t link, struct tk_wire_frame *f)
+{
+    (void)c;
+    cr_assert_eq(link, 5, "answered on the link the request came in on");
+    last_reply = f->msg;
+    snprintf(last_why, sizeof(last_why), "%.*s", (int)f->msg.slots_reply.why.len,
+             f->msg.slots_reply.why.p ? f->msg.slots_reply.why.p : "");
+}
+
 static void on_fatal(void *c, const char *why)
 {
     (void)c;
@@ -109,6 +123,7 @@ static void on_fatal(void *c, const char *why)
  * --max-clock-drift-ms. */
 struct forced {
     uint64_t serve_after_us, drift_us;
+    const char *group; /* --group, or NULL */
 };
 
 static void node_init_forced(struct node *n,
@@ -132,9 +147,11 @@ static void node_init_forced(struct node *n,
     strcpy(o.advertise, "127.0.0.1:7000");
     if (f)
         o.drift_us = f->drift_us;
+    if (f && f->group)
+        snprintf(o.group, sizeof(o.group), "%s", f->group);
     n->cx[NSHARDS] = (struct ctx){n, TK_MSG_TO_DRIVER};
     struct tk_msg_out dout = {.ctx = &n->cx[NSHARDS], .put = put};
-    struct tk_driver_io io = {.ctx = n, .send = on_send, .fatal = on_fatal};
+    struct tk_driver_io io = {.ctx = n, .send = on_send, .reply = on_peer_reply, .fatal = on_fatal};
     n->d = tk_driver_create(&o, &dout, &io);
     cr_assert_not_null(n->d);
     for (uint32_t i = 0; i < NSHARDS; i++) {
@@ -143,7 +160,8 @@ static void node_init_forced(struct node *n,
             .idx = i,
             .nshards = NSHARDS,
             .limits = {.keys_max = keys_share, .waiters_per_key_max = 64, .waiters_max = 10000},
-            .requests_max = 10000};
+            .requests_max = 10000,
+            .grouped = f && f->group};
         struct tk_msg_out out = {.ctx = &n->cx[i], .put = put};
         struct tk_shard_client cl = {
             .ctx = &n->cx[i], .reply = on_reply, .refuse = on_refuse, .role = on_role};
@@ -504,6 +522,166 @@ Test(node, a_forced_domain_counts_its_hold_on_the_monotonic_clock)
     node_free(&n);
 }
 
+/* ---- The ring (SPEC 15): an operator's SLOTS frame, its commit, W ---- */
+
+/* Gives the node the ring in text (a ring file) for group `group`; returns
+ * the answer's status (the why in last_why). */
+static uint8_t give_ring(struct node *n, const char *group, const char *text)
+{
+    static struct tk_slot_ring r;
+    char why[256];
+    cr_assert_eq(tk_slots_parse_file(text, strlen(text), &r, why, sizeof(why)), TK_OK, "%s", why);
+    static uint8_t enc[TK_SLOTS_ENCODED_MAX];
+    size_t len = tk_slots_encode(&r, enc, sizeof(enc));
+    cr_assert_gt(len, 0);
+    struct tk_wire_frame f = {.msg = {.type = TK_RAFT_MSG_SLOTS, .from = 99}};
+    f.msg.slots.group = (struct tk_raft_str){group, (uint16_t)strlen(group)};
+    f.msg.slots.ring = enc;
+    f.msg.slots.ring_len = (uint32_t)len;
+    memset(&last_reply, 0, sizeof(last_reply));
+    last_reply.type = 0;
+    tk_driver_peer_frame(n->d, 5, &f);
+    cr_assert_eq(last_reply.type, TK_RAFT_MSG_SLOTS_REPLY, "answered at once");
+    return last_reply.slots_reply.status;
+}
+
+/* Given until it is no longer RETRY (the commit takes a round here). */
+static uint8_t commit_ring(struct node *n, const char *group, const char *text)
+{
+    uint8_t st = give_ring(n, group, text);
+    for (int i = 0; i < 10 && st == TK_RAFT_SLOTS_RETRY; i++) {
+        node_settle(n);
+        st = give_ring(n, group, text);
+    }
+    return st;
+}
+
+static const char *key_in(uint32_t lo, uint32_t hi, char *buf, size_t cap)
+{
+    for (uint32_t i = 0;; i++) {
+        snprintf(buf, cap, "show-%u", i);
+        uint32_t s = tk_slot(buf, strlen(buf));
+        if (s >= lo && s <= hi)
+            return buf;
+    }
+}
+
+static const char RING_ALL[] = "version 1\n0-16383=default@127.0.0.1:7000\n";
+static const char RING_HALF[] =
+    "version 2\n0-8191=default@127.0.0.1:7000\n"
+    "8192-16383=sales-b@127.0.0.1:7100\n";
+
+Test(node, a_group_without_a_name_takes_only_a_ring_that_keeps_every_slot)
+{
+    struct node n;
+    node_init(&n, 1024);
+    node_settle(&n);
+    request(&n, 0, 'A', "show-42", 1);
+    node_settle(&n);
+    cr_assert_eq(answer_of(&n, 1)->type, 'G', "no ring: every slot is served");
+    cr_assert_eq(commit_ring(&n, "default", RING_HALF + 0), TK_RAFT_SLOTS_REFUSED);
+    cr_assert(strstr(last_why, "every slot"), "%s", last_why);
+    cr_assert_eq(commit_ring(&n, "sales-a", RING_ALL), TK_RAFT_SLOTS_REFUSED);
+    cr_assert(strstr(last_why, "'default'"), "%s", last_why);
+    cr_assert_eq(give_ring(&n, "default", RING_ALL), TK_RAFT_SLOTS_RETRY, "being committed");
+    node_settle(&n);
+    cr_assert_eq(give_ring(&n, "default", RING_ALL), TK_RAFT_SLOTS_OK, "the same ring again");
+    cr_assert_eq(last_reply.slots_reply.version, 1);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        const struct tk_slot_view *v = tk_shard_slots(n.sh[i]);
+        cr_assert_not_null(v);
+        cr_assert_eq(v->version, 1);
+        cr_assert_eq(v->served, TK_SLOTS);
+        cr_assert_eq(v->body_len, strlen("0-16383=default@127.0.0.1:7000"));
+        cr_assert_eq(memcmp(v->body, "0-16383=default@127.0.0.1:7000", v->body_len), 0);
+    }
+    /* Slots change groups only by a move. */
+    cr_assert_eq(commit_ring(&n, "default", RING_HALF), TK_RAFT_SLOTS_REFUSED);
+    cr_assert(strstr(last_why, "move"), "%s", last_why);
+    /* Not newer: refused, and the committed ring stays. */
+    cr_assert_eq(commit_ring(&n, "default", "version 1\n0-16383=default@127.0.0.1:7001\n"),
+                 TK_RAFT_SLOTS_REFUSED);
+    cr_assert(strstr(last_why, "not newer"), "%s", last_why);
+    cr_assert_eq(commit_ring(&n, "default", "version 3\n0-16383=default@127.0.0.1:7001\n"),
+                 TK_RAFT_SLOTS_OK, "new addresses, the same slots");
+    cr_assert_eq(tk_shard_slots(n.sh[0])->version, 3);
+    struct tk_driver_stats st;
+    tk_driver_stats(n.d, &st);
+    cr_assert_eq(st.ring_version, 3);
+    cr_assert_eq(st.slots_owned, TK_SLOTS);
+    cr_assert_eq(st.rings_applied, 2);
+    request(&n, 1, 'A', "show-43", 2);
+    node_settle(&n);
+    cr_assert_eq(answer_of(&n, 2)->type, 'G');
+    node_free(&n);
+}
+
+Test(node, a_named_group_serves_only_its_slots)
+{
+    struct node n;
+    struct forced f = {.group = "sales-a"};
+    node_init_forced(&n, 1024, 30000, &f);
+    node_settle(&n);
+    char ka[32], kb[32];
+    key_in(0, 8191, ka, sizeof(ka));
+    key_in(8192, 16383, kb, sizeof(kb));
+    request(&n, 0, 'A', ka, 1);
+    node_settle(&n);
+    const struct answer *a = answer_of(&n, 1);
+    cr_assert_eq(a->type, 'W', "a named group serves nothing before a ring");
+    cr_assert_eq(a->token, 0, "ring version 0");
+    cr_assert_eq(
+        commit_ring(&n, "sales-b", "version 1\n0-8191=sales-a@h:1\n8192-16383=sales-b@h:2\n"),
+        TK_RAFT_SLOTS_REFUSED, "not this group");
+    cr_assert(strstr(last_why, "'sales-a'"), "%s", last_why);
+    cr_assert_eq(
+        commit_ring(&n, "sales-a", "version 1\n0-8191=sales-a@h:1\n8192-16383=sales-b@h:2\n"),
+        TK_RAFT_SLOTS_OK);
+    request(&n, 0, 'A', ka, 2);
+    request(&n, 1, 'A', kb, 3);
+    request(&n, 2, 'Q', kb, 4);
+    node_settle(&n);
+    cr_assert_eq(answer_of(&n, 2)->type, 'G', "its own slot");
+    a = answer_of(&n, 3);
+    cr_assert_eq(a->type, 'W', "another group's slot");
+    cr_assert_eq(a->token, 1, "the ring's version");
+    cr_assert_eq(answer_of(&n, 4)->type, 'W', "a query too");
+    const struct tk_slot_view *v = tk_shard_slots(n.sh[1]);
+    cr_assert_eq(v->served, 8192);
+    cr_assert_eq(v->nranges, 2);
+    cr_assert_eq(v->range_end[0], strlen("0-8191=sales-a@h:1"));
+    /* A ring that names this group nowhere is refused. */
+    cr_assert_eq(commit_ring(&n, "sales-a", "version 2\n0-16383=sales-b@h:2\n"),
+                 TK_RAFT_SLOTS_REFUSED);
+    node_free(&n);
+}
+
+/* The entry's checks (tk_driver_check_entry): a ring entry takes no token
+ * and must decode whole. */
+Test(node, a_ring_entry_is_checked_whole)
+{
+    static struct tk_slot_ring r;
+    char why[128];
+    const char *text = "version 4\n0-99=g@h:1\n";
+    cr_assert_eq(tk_slots_parse_file(text, strlen(text), &r, why, sizeof(why)), TK_OK);
+    uint8_t e[256];
+    uint32_t mark = UINT32_MAX;
+    memcpy(e, &mark, 4);
+    e[4] = 1;
+    e[5] = 1;
+    e[6] = 'g';
+    size_t len = 7 + tk_slots_encode(&r, e + 7, sizeof(e) - 7);
+    cr_assert_eq(tk_driver_check_entry(e, (uint32_t)len, 10, 10), TK_OK);
+    cr_assert_eq(tk_driver_check_entry(e, (uint32_t)len, 10, 11), TK_EPROTO, "takes no token");
+    for (size_t cut = 4; cut < len; cut++)
+        cr_assert_eq(tk_driver_check_entry(e, (uint32_t)cut, 10, 10), TK_EPROTO, "cut %zu", cut);
+    e[4] = 2;
+    cr_assert_eq(tk_driver_check_entry(e, (uint32_t)len, 10, 10), TK_EPROTO, "unknown op");
+    e[4] = 1;
+    e[6] = ';';
+    cr_assert_eq(tk_driver_check_entry(e, (uint32_t)len, 10, 10), TK_EPROTO, "a bad name");
+}
+
 Test(msg, every_kind_round_trips)
 {
     struct tk_msg in[] = {
@@ -529,6 +707,9 @@ Test(msg, every_kind_round_trips)
         {.kind = TK_MSG_REFUSE, .u.refuse = {9, 4, TK_REFUSE_OVERLOAD}},
         {.kind = TK_MSG_ROLE, .u.role = {.epoch = 5, .lead = false, .leader_addr = "h:1"}},
         {.kind = TK_MSG_READ_DONE, .u.read_done = {12, true}},
+        {.kind = TK_MSG_REPLY,
+         .u.reply = {.client = 9, .id = 5, .token = 3, .type = 'W', .waiters = 11404}},
+        {.kind = TK_MSG_SLOTS, .u.slots = {.view = (struct tk_slot_view *)&in}},
     };
     for (size_t i = 0; i < TK_ARRAY_LEN(in); i++) {
         uint8_t buf[TK_MSG_ENCODED_MAX];

@@ -867,6 +867,53 @@ Test(proto_response, strict_shapes)
     cr_assert_not(rsp.has_id);
 }
 
+/* SPEC 15: W <id> <slot> <ring_version> and the S answer's two forms. */
+Test(proto_response, wrong_group_and_ring)
+{
+    struct tk_response rsp;
+    RSP_OK("W 7 11404 3", &rsp);
+    cr_assert(rsp.type == 'W' && rsp.has_id && rsp.id == 7);
+    cr_assert_eq(rsp.slot, 11404);
+    cr_assert_eq(rsp.version, 3);
+    RSP_OK("W 7 16383 0", &rsp);
+    RSP_BAD("W 7 16384 3");
+    RSP_BAD("W 7 11404");
+    RSP_BAD("W 7 11404 3 1");
+    RSP_BAD("W 7 011404 3");
+    RSP_BAD("W - 1 3");
+    RSP_OK("S 9 4 0-8191=a@h:1;8192-16383=b@h:2", &rsp);
+    cr_assert(rsp.type == 'S' && rsp.id == 9 && rsp.version == 4);
+    cr_assert(rsp.part == 1 && rsp.parts == 1);
+    cr_assert(rsp.text_len == strlen("0-8191=a@h:1;8192-16383=b@h:2"));
+    RSP_OK("S 9 0 -", &rsp);
+    cr_assert(rsp.version == 0 && rsp.text_len == 1 && rsp.text[0] == '-');
+    RSP_OK("S 9 4 2/3 8192-16383=b@h:2", &rsp);
+    cr_assert(rsp.part == 2 && rsp.parts == 3);
+    RSP_BAD("S 9 4 0/3 0-1=a@h:1");
+    RSP_BAD("S 9 4 4/3 0-1=a@h:1");
+    RSP_BAD("S 9 4 1/1 0-1=a@h:1"); /* a one-part answer has the one-line form */
+    RSP_BAD("S 9 4 1-3 0-1=a@h:1");
+    RSP_BAD("S 9 4");
+    RSP_BAD("S 9 x -");
+    RSP_BAD("S 9 4 -\x01");
+
+    char line[TK_LINE_MAX];
+    cr_assert_eq(tk_proto_fmt_wrong(line, sizeof(line), 7, 11404, 3), strlen("W 7 11404 3\n"));
+    cr_assert_eq(memcmp(line, "W 7 11404 3\n", 12), 0);
+    cr_assert_eq(tk_proto_fmt_wrong(line, 11, 7, 11404, 3), 0);
+    size_t n = tk_proto_fmt_ring(line, sizeof(line), 9, 4, 2, 3, "0-1=a@h:1", 9);
+    cr_assert_eq(n, strlen("S 9 4 2/3 0-1=a@h:1\n"));
+    cr_assert_eq(memcmp(line, "S 9 4 2/3 0-1=a@h:1\n", n), 0);
+    n = tk_proto_fmt_ring(line, sizeof(line), 9, 4, 1, 1, "-", 1);
+    cr_assert_eq(memcmp(line, "S 9 4 -\n", n), 0);
+    cr_assert_eq(tk_proto_fmt_ring_req(line, sizeof(line), 12), 5);
+    cr_assert_eq(memcmp(line, "S 12\n", 5), 0);
+    struct tk_request req;
+    cr_assert_eq(parse_n("S 12", 4, &req), TK_PARSE_OK);
+    cr_assert(req.type == 'S' && req.id == 12);
+    REJECT("S 12 x", 12, TK_REASON_SYNTAX);
+}
+
 /* ---- handshake lines -------------------------------------------------------- */
 
 #define HEX_A "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -1055,7 +1102,7 @@ static struct ref_result ref_classify(const char *line, size_t len)
         want = 5;
     else if (cmd[0] == 'Q')
         want = 3;
-    else if (cmd[0] == 'P')
+    else if (cmd[0] == 'P' || cmd[0] == 'S')
         want = 2;
     else
         want = 99;
@@ -1163,7 +1210,7 @@ static size_t rnd_line(struct tk_prng *p, char *buf, size_t cap)
 
 static const char interesting[] = {' ',        ' ',        ' ', '\r', '\0', '\t', '\n', 0x7f,
                                    (char)0x80, (char)0xff, '0', '1',  '9',  '-',  '+',  'A',
-                                   'R',        'Q',        'P', 'a',  0x21, 0x7e, 0x20};
+                                   'R',        'Q',        'P', 'a',  0x21, 0x7e, 0x20, 'S'};
 
 static size_t mutate(struct tk_prng *p, char *buf, size_t n, size_t cap)
 {
@@ -1266,6 +1313,9 @@ Test(proto_fuzz, parser_matches_reference_and_canonical_form, .timeout = 300)
                 break;
             case 'P':
                 m = tk_proto_fmt_ping(again, sizeof again, req.id);
+                break;
+            case 'S':
+                m = tk_proto_fmt_ring_req(again, sizeof again, req.id);
                 break;
             default:
                 cr_assert_fail("TK_SEED=%llu: accepted type %d", (unsigned long long)seed,

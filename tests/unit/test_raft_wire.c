@@ -144,6 +144,19 @@ static void assert_same(const struct tk_wire_frame *a, const struct tk_wire_fram
         case TK_RAFT_MSG_REMOVE:
             cr_assert_eq(x->remove.id, y->remove.id);
             break;
+        case TK_RAFT_MSG_SLOTS:
+            cr_assert(str_eq(x->slots.group, y->slots.group));
+            cr_assert_eq(x->slots.ring_len, y->slots.ring_len);
+            cr_assert_eq(memcmp(x->slots.ring, y->slots.ring, x->slots.ring_len), 0);
+            break;
+        case TK_RAFT_MSG_SLOTS_REPLY:
+            cr_assert_eq(x->slots_reply.status, y->slots_reply.status);
+            cr_assert_eq(x->slots_reply.version, y->slots_reply.version);
+            cr_assert_eq(x->slots_reply.leader_id, y->slots_reply.leader_id);
+            cr_assert(str_eq(x->slots_reply.leader_peer_addr, y->slots_reply.leader_peer_addr));
+            cr_assert(str_eq(x->slots_reply.why, y->slots_reply.why));
+            cr_assert_eq(memcmp(x->slots_reply.mac, y->slots_reply.mac, 32), 0);
+            break;
         case TK_RAFT_MSG_BOOT:
             cr_assert_eq(x->boot.phase, y->boot.phase);
             cr_assert_eq(x->boot.round, y->boot.round);
