@@ -581,7 +581,7 @@ static bool proto_parse_ring(const struct proto_word *w, size_t n, struct tk_res
         uint64_t k, of;
         if (!slash || !tk_proto_parse_u64(w[3].s, (size_t)(slash - w[3].s), &k) ||
             !tk_proto_parse_u64(slash + 1, w[3].len - (size_t)(slash + 1 - w[3].s), &of) || k < 1 ||
-            k > of || of < 2 || of > UINT32_MAX)
+            k > of || of < 2 || of > TK_PROTO_RING_PARTS_MAX)
             return false;
         rsp->part = (uint32_t)k;
         rsp->parts = (uint32_t)of;

@@ -120,6 +120,8 @@ size_t tk_proto_fmt_error(char *buf, size_t cap, bool has_id, uint64_t id, enum 
 size_t tk_proto_fmt_moved(char *buf, size_t cap, const char *addr); /* addr NULL = "-" */
 /* W: the group does not serve the key's slot (SPEC 15). */
 size_t tk_proto_fmt_wrong(char *buf, size_t cap, uint64_t id, uint32_t slot, uint64_t version);
+/* Parts of an S answer: each holds at least one range of at most 1,024. */
+#define TK_PROTO_RING_PARTS_MAX 1024
 /* One line of an S answer: "S <id> <version> <body>" when parts is 1,
  * else "S <id> <version> <part>/<parts> <body>" (body: visible bytes). */
 size_t tk_proto_fmt_ring(char *buf,

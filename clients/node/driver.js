@@ -52,6 +52,11 @@ function str(cmd, name) {
   return v;
 }
 
+// A WRONG_GROUP reply also carries the W line's slot and ring_version.
+function wrong(err) {
+  return err && err.code === 'WRONG_GROUP' ? { slot: err.slot, ring_version: err.ringVersion } : {};
+}
+
 // The outcome of a settled call: [outcome name, error or null].
 async function outcome(promise, success) {
   try {
@@ -69,22 +74,26 @@ async function handle(client, cmd) {
       const lease = int(cmd, 'lease_ms');
       const wait = int(cmd, 'wait_ms');
       const [o, err, l] = await outcome(client.acquire(key, { lease, wait }), 'ACQUIRED');
-      return { outcome: o, token: l ? l.token : 0n, reason: err ? err.reason : '' };
+      return { outcome: o, token: l ? l.token : 0n, reason: err ? err.reason : '', ...wrong(err) };
     }
     case 'release': {
       const key = str(cmd, 'key');
       const token = int(cmd, 'token');
       const [o, err, r] = await outcome(client.release(key, token), 'RELEASED');
-      return { outcome: o, resent: r ? r.resent : err.resent, reason: err ? err.reason : '' };
+      return { outcome: o, resent: r ? r.resent : err.resent, reason: err ? err.reason : '', ...wrong(err) };
     }
     case 'query': {
       const [o, err, q] = await outcome(client.query(str(cmd, 'key')), 'ANSWERED');
       return { outcome: o, held: q ? q.held : false, owner: q ? q.owner : null, token: q ? q.token : 0n,
-        waiters: q ? q.waiters : 0, reason: err ? err.reason : '' };
+        waiters: q ? q.waiters : 0, reason: err ? err.reason : '', ...wrong(err) };
     }
     case 'ping': {
       const [o, err] = await outcome(client.ping(), 'ANSWERED');
       return { outcome: o, reason: err ? err.reason : '' };
+    }
+    case 'ring': {
+      const [o, err, g] = await outcome(client.ring(), 'ANSWERED');
+      return { outcome: o, version: g ? g.version : 0n, body: g ? g.body : '', reason: err ? err.reason : '' };
     }
     case 'slot': {
       return { outcome: 'OK', slot: slot(str(cmd, 'key')) };

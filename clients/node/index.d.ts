@@ -15,6 +15,7 @@ export declare const Outcome: Readonly<{
   UNCONFIRMED: 'UNCONFIRMED';
   QUEUE_FULL: 'QUEUE_FULL';
   ANSWERED: 'ANSWERED';
+  WRONG_GROUP: 'WRONG_GROUP';
 }>;
 
 /** The outcomes a call rejects with (every one that is not a success). */
@@ -27,16 +28,20 @@ export type ErrorCode =
   | 'CANCELLED'
   | 'NOT_HELD'
   | 'UNCONFIRMED'
-  | 'QUEUE_FULL';
+  | 'QUEUE_FULL'
+  | 'WRONG_GROUP';
 
 /** The one error class of the client: `code` says which outcome it is. */
 export declare class TicketingError extends Error {
   readonly name: 'TicketingError';
   /** BUSY, TIMEOUT, UNAVAILABLE, CANCELLED: not acquired. INDETERMINATE:
    * maybe acquired, do not enter. INVALID: a field broke the limits, nothing
-   * was sent. NOT_HELD, UNCONFIRMED, QUEUE_FULL: of a release. */
+   * was sent. NOT_HELD, UNCONFIRMED, QUEUE_FULL: of a release.
+   * WRONG_GROUP: of an acquire, release or query; the node's group does not
+   * serve the key's slot, nothing was done (not acquired, nothing released,
+   * not retried), and the request may go to the group that owns it. */
   readonly code: ErrorCode;
-  /** "acquire", "release", "query", "ping", or "config" (the constructor). */
+  /** "acquire", "release", "query", "ping", "ring", or "config" (the constructor). */
   readonly op: string;
   readonly key: string;
   /** The server's or the client's reason word: "key", "owner", "lease",
@@ -48,6 +53,11 @@ export declare class TicketingError extends Error {
   readonly detail: string;
   /** Release: the request was written more than once (its connection died). */
   readonly resent: boolean;
+  /** WRONG_GROUP: the key's slot (0-16383), as the server's W line says; else null. */
+  readonly slot: number | null;
+  /** WRONG_GROUP: the version of the ring the group judged by (a u64, 0n:
+   * the group has no ring yet); a ring older than it is out of date. Else null. */
+  readonly ringVersion: bigint | null;
   /** An AbortSignal's reason, when the signal decided the outcome. */
   readonly cause?: unknown;
 }
@@ -109,6 +119,16 @@ export interface QueryResult {
   waiters: number;
 }
 
+/** A group's ring, as its leader has applied it (not a linearizable read). */
+export interface Ring {
+  /** The ring's version (a u64, exact); 0n: the group has no ring yet. */
+  version: bigint;
+  /** The ranges, `<first>-<last>=<group>@<addr>[,<addr>...]`, joined by ";"
+   * in increasing order (the parts of a multi-line answer joined too); "-"
+   * when there are none. */
+  body: string;
+}
+
 export interface Stats {
   connections: number;
   connectionsReady: number;
@@ -140,7 +160,7 @@ export interface ClientOptions {
   responseGraceMs?: number;
   /** Floor of an unsent acquire's budget (1000). */
   sendBudgetMinMs?: number;
-  /** Budget of a query or ping (5000). */
+  /** Budget of a query, ping or ring (5000). */
   requestTimeoutMs?: number;
   /** The release queue's bound (1024). */
   releaseQueueMax?: number;
@@ -177,6 +197,8 @@ export declare class Client {
   query(key: string, opts?: SignalOption): Promise<QueryResult>;
   /** One round trip, in milliseconds. */
   ping(opts?: SignalOption): Promise<number>;
+  /** The ring of the node's group (S): rejects UNAVAILABLE, CANCELLED like ping. */
+  ring(opts?: SignalOption): Promise<Ring>;
   /** Acquires, runs fn, releases (also when fn throws). */
   withLock<T>(key: string, opts: AcquireOptions, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
   withLock<T>(key: string, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
@@ -185,7 +207,7 @@ export declare class Client {
   /** The most recent connection failure, "addr: why" ("" if none yet). */
   lastError(): string;
   stats(): Stats;
-  /** Acquires, queries and pings not decided end CANCELLED ("shutdown");
+  /** Acquires, queries, pings and rings not decided end CANCELLED ("shutdown");
    * queued releases keep their 5 s deadline, which close waits for. */
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;

@@ -33,6 +33,7 @@ export const Outcome = Object.freeze({
   UNCONFIRMED: 'UNCONFIRMED',
   QUEUE_FULL: 'QUEUE_FULL',
   ANSWERED: 'ANSWERED',
+  WRONG_GROUP: 'WRONG_GROUP',
 });
 
 const MEANING = {
@@ -45,17 +46,21 @@ const MEANING = {
   NOT_HELD: 'nothing held under exactly this key, owner and token',
   UNCONFIRMED: 'no answer before the 5 s release deadline: never assume success',
   QUEUE_FULL: 'the release queue is full; nothing was enqueued',
+  WRONG_GROUP: "this node's group does not serve the key's slot; nothing was done",
 };
 
 /**
  * Every outcome that is not a success rejects with a TicketingError: `code`
  * is the outcome's name (BUSY, TIMEOUT, INVALID, UNAVAILABLE, INDETERMINATE,
- * CANCELLED, NOT_HELD, UNCONFIRMED, QUEUE_FULL), `reason` the server's or
- * the client's reason word ("key", "lease", "tls", "shutdown", ...; "" when
- * none), `detail` the last connection failure for UNAVAILABLE.
+ * CANCELLED, NOT_HELD, UNCONFIRMED, QUEUE_FULL, WRONG_GROUP), `reason` the
+ * server's or the client's reason word ("key", "lease", "tls", "shutdown",
+ * ...; "" when none), `detail` the last connection failure for UNAVAILABLE;
+ * for WRONG_GROUP `slot` (the key's slot) and `ringVersion` (a bigint: the
+ * version of the ring the group judged by, 0n for none), else null.
  */
 export class TicketingError extends Error {
-  constructor(code, message, { op = '', key = '', reason = '', detail = '', resent = false, cause } = {}) {
+  constructor(code, message, { op = '', key = '', reason = '', detail = '', resent = false, slot = null,
+    ringVersion = null, cause } = {}) {
     super(message, cause === undefined ? undefined : { cause });
     this.name = 'TicketingError';
     this.code = code;
@@ -64,6 +69,8 @@ export class TicketingError extends Error {
     this.reason = reason;
     this.detail = detail;
     this.resent = resent;
+    this.slot = slot;
+    this.ringVersion = ringVersion;
   }
 }
 
@@ -81,7 +88,14 @@ function errorOf(op, key, res, lastError, cause) {
     if (op === 'acquire') msg += '; nothing was sent, definitely not acquired';
     if (lastError) msg += `; last connection error: ${lastError}`;
   }
-  return new TicketingError(res.outcome, msg, { op, key, reason: res.reason, detail, resent: res.resent, cause });
+  let slot = null, ringVersion = null;
+  if (res.outcome === 'WRONG_GROUP') {
+    slot = res.slot;
+    ringVersion = res.ringVersion;
+    msg += ` (slot ${slot}, ring version ${ringVersion})`;
+  }
+  return new TicketingError(res.outcome, msg, { op, key, reason: res.reason, detail, resent: res.resent,
+    slot, ringVersion, cause });
 }
 
 function invalid(op, key, reason, what) {
@@ -276,7 +290,9 @@ export class Client {
    * acquired. INDETERMINATE (written, no confirmed answer; or aborted after
    * it was written; or, reason "lease", granted only once the lease counted
    * from the first write had run out): maybe acquired, do not enter; a
-   * grant that still comes is released by the client.
+   * grant that still comes is released by the client. WRONG_GROUP (the
+   * node's group does not serve the key's slot; err.slot, err.ringVersion):
+   * not acquired, nothing was done.
    */
   async acquire(key, { lease = 30000, wait = 5000, signal } = {}) {
     if (!P.keyOk(key)) throw invalid('acquire', key, 'key', 'key: 1-250 bytes of 0x21-0x7E');
@@ -300,8 +316,9 @@ export class Client {
   /**
    * Releases a Lease, or (key, token), through the release queue. Resolves
    * to {outcome: 'RELEASED', resent}; rejects with NOT_HELD, UNCONFIRMED (no
-   * answer by the absolute 5 s deadline; never assume success), QUEUE_FULL
-   * or INVALID. An AbortSignal stops the waiting only: the release goes on
+   * answer by the absolute 5 s deadline; never assume success), QUEUE_FULL,
+   * INVALID or WRONG_GROUP (the node's group does not serve the key's slot:
+   * nothing was released, and the release is not retried). An AbortSignal stops the waiting only: the release goes on
    * in the queue, and the call rejects with UNCONFIRMED at once.
    */
   async release(leaseOrKey, tokenOrOpts, maybeOpts) {
@@ -345,7 +362,7 @@ export class Client {
   /**
    * The committed holder of key (a linearizable read): {key, held, owner
    * (null when free), token (0n when free), waiters}. Rejects UNAVAILABLE
-   * (no answer within requestTimeoutMs), INVALID, CANCELLED.
+   * (no answer within requestTimeoutMs), INVALID, CANCELLED, WRONG_GROUP.
    */
   async query(key, { signal } = {}) {
     if (!P.keyOk(key)) throw invalid('query', key, 'key', 'key: 1-250 bytes of 0x21-0x7E');
@@ -365,6 +382,20 @@ export class Client {
     const res = await this._run(r, signal, () => this._e.cancel(r));
     if (res.outcome === 'ANSWERED') return res.rtt;
     throw errorOf('ping', '', res, this._e.lastError, signal?.aborted ? signal.reason : undefined);
+  }
+
+  /**
+   * The ring of the group of the node asked (S): {version (a bigint, 0n for
+   * no ring yet), body (the ranges joined by ";", the parts of a long answer
+   * joined too; "-" when there are none)}. Not a linearizable read. Rejects
+   * UNAVAILABLE (no answer within requestTimeoutMs), CANCELLED.
+   */
+  async ring({ signal } = {}) {
+    if (signal?.aborted) throw errorOf('ring', '', { outcome: 'CANCELLED', reason: '' }, '', signal.reason);
+    const r = new Req('S');
+    const res = await this._run(r, signal, () => this._e.cancel(r));
+    if (res.outcome === 'ANSWERED') return { version: res.ringVersion, body: res.body };
+    throw errorOf('ring', '', res, this._e.lastError, signal?.aborted ? signal.reason : undefined);
   }
 
   /**
@@ -405,7 +436,7 @@ export class Client {
   }
 
   /**
-   * Stops the client: acquires, queries and pings not decided end CANCELLED
+   * Stops the client: acquires, queries, pings and rings not decided end CANCELLED
    * (reason "shutdown"); releases already queued keep their 5 s deadline
    * (close waits for them); then every connection closes.
    */

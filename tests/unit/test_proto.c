@@ -890,6 +890,8 @@ Test(proto_response, wrong_group_and_ring)
     RSP_OK("S 9 4 2/3 8192-16383=b@h:2", &rsp);
     cr_assert(rsp.part == 2 && rsp.parts == 3);
     RSP_BAD("S 9 4 0/3 0-1=a@h:1");
+    RSP_OK("S 9 4 1024/1024 0-1=a@h:1", &rsp);
+    RSP_BAD("S 9 4 1/1025 0-1=a@h:1"); /* more parts than a ring has ranges */
     RSP_BAD("S 9 4 4/3 0-1=a@h:1");
     RSP_BAD("S 9 4 1/1 0-1=a@h:1"); /* a one-part answer has the one-line form */
     RSP_BAD("S 9 4 1-3 0-1=a@h:1");

@@ -12,7 +12,7 @@
 //     INDETERMINATE too, reason "lease", and compensated);
 //   release (explicit or compensation): enqueue + 5 s, absolute, then
 //     UNCONFIRMED;
-//   query, ping: submit + requestTimeoutMs, then UNAVAILABLE;
+//   query, ping, ring: submit + requestTimeoutMs, then UNAVAILABLE;
 //   decided but still holding an id on a connection (a zombie): a linger,
 //     after which its id is forgotten. A G for a zombie acquire is released
 //     at once (compensation).
@@ -46,7 +46,7 @@ const CONNECTING = 1;
 const READY = 2;
 const RETIRED = 3;
 
-const FITS = { A: 'GTBE', R: 'RNE', Q: 'QE', P: 'PE' };
+const FITS = { A: 'GTBEW', R: 'RNEW', Q: 'QEW', P: 'PE', S: 'SE' };
 const MAX_ID = BigInt(Number.MAX_SAFE_INTEGER);
 
 export const now = () => performance.now();
@@ -76,6 +76,11 @@ export class Req {
     this.prev = null;
     this.next = null;
     this.done = null; // (result) => void, called once
+    // S: the parts of a multi-line answer read so far on its connection.
+    this.ringRead = 0;
+    this.ringParts = 0;
+    this.ringVersion = 0n;
+    this.ringBody = null; // the parts, joined at the last
   }
 }
 
@@ -126,7 +131,7 @@ class List {
 
 function result(outcome, extra) {
   return { outcome, token: 0n, reason: '', leaseDeadline: null, held: false, owner: null,
-    waiters: 0, resent: false, rtt: null, ...extra };
+    waiters: 0, resent: false, rtt: null, slot: null, ringVersion: null, body: null, ...extra };
 }
 
 const ERRNO_TEXT = {
@@ -361,13 +366,46 @@ class Conn {
         return;
       }
       const fits = r.neutered ? 'E' : FITS[r.type];
-      if (r.wire !== SENT || !fits.includes(rsp.type)) {
+      if (r.wire !== SENT || !fits.includes(rsp.type) || (r.ringRead !== 0 && rsp.type !== 'S')) {
         this.fail('protocol: answer does not fit its request');
         return;
       }
+      if (rsp.type === 'S' && !this.ringPart(r, rsp)) return; // more to come, or the connection failed
       this.dropSlot(r);
       e.onResponse(r, rsp, now());
     }
+  }
+
+  // One line of an S answer: true once the answer is complete (the one-line
+  // form, or part n of n; r.ringBody then holds every part). The parts must
+  // come in order 1..n with the same n and version: anything else is a
+  // protocol error that closes the connection (and false).
+  ringPart(r, rsp) {
+    if (rsp.parts === 1) {
+      if (r.ringRead !== 0) {
+        this.fail('protocol: a one-line ring answer in the middle of a multi-line one');
+        return false;
+      }
+      r.ringVersion = rsp.version;
+      r.ringBody = [rsp.text];
+      return true;
+    }
+    if (r.ringRead === 0) {
+      if (rsp.part !== 1) {
+        this.fail(`protocol: ring answer part ${rsp.part}/${rsp.parts} before part 1`);
+        return false;
+      }
+      r.ringParts = rsp.parts;
+      r.ringVersion = rsp.version;
+      r.ringBody = [];
+    } else if (rsp.part !== r.ringRead + 1 || rsp.parts !== r.ringParts || rsp.version !== r.ringVersion) {
+      this.fail(`protocol: ring answer part ${rsp.part}/${rsp.parts} out of order (after ` +
+        `${r.ringRead}/${r.ringParts})`);
+      return false;
+    }
+    r.ringBody.push(rsp.text);
+    r.ringRead = rsp.part;
+    return rsp.part === rsp.parts;
   }
 
   ready() {
@@ -400,6 +438,10 @@ class Conn {
       line = P.fmtRelease(id, r.key, e.owner, r.token);
     } else if (r.type === 'Q') {
       line = P.fmtQuery(id, r.key);
+    } else if (r.type === 'S') {
+      line = P.fmtRing(id);
+      r.ringRead = 0; // the parts of an answer on another connection are gone with it
+      r.ringBody = null;
     } else {
       line = P.fmtPing(id);
     }
@@ -648,7 +690,7 @@ export class Engine {
     this.pump();
   }
 
-  /** An AbortSignal of an acquire, query or ping fired. */
+  /** An AbortSignal of an acquire, query, ping or ring fired. */
   cancel(r) {
     if (r.decided || r.type === 'R') return;
     if (r.wire === NONE) {
@@ -807,6 +849,15 @@ export class Engine {
         break;
       case 'P':
         res = result('ANSWERED', { rtt: Math.max(0, t - r.sent) });
+        break;
+      case 'S':
+        res = result('ANSWERED', { ringVersion: r.ringVersion, body: r.ringBody.join(';') });
+        r.ringBody = null;
+        break;
+      case 'W':
+        // Definite: the group changed nothing. A release is done with too
+        // (nothing is held here to release): not retried, not queued.
+        res = result('WRONG_GROUP', { slot: rsp.slot, ringVersion: rsp.version });
         break;
       case 'E':
         res = result('INVALID', { reason: rsp.text.slice(0, 15) });

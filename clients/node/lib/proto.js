@@ -18,6 +18,9 @@ export const SECRET_MIN = 16;
 export const SECRET_MAX = 4096;
 export const ADDRS_MAX = 8;
 export const SLOTS = 16384; // the slots of the groups-and-slots section
+// The most lines of one S answer: each part holds at least one whole range,
+// and a ring has at most 1,024 ranges.
+export const RING_PARTS_MAX = 1024;
 
 const VISIBLE = /^[\x21-\x7e]+$/;
 const DIGITS = /^(0|[1-9][0-9]*)$/;
@@ -119,6 +122,7 @@ export const fmtAcquire = (id, key, owner, leaseMs, waitMs) => `A ${id} ${key} $
 export const fmtRelease = (id, key, owner, token) => `R ${id} ${key} ${owner} ${token}\n`;
 export const fmtQuery = (id, key) => `Q ${id} ${key}\n`;
 export const fmtPing = (id) => `P ${id}\n`;
+export const fmtRing = (id) => `S ${id}\n`;
 
 /** "TICKETING/1 <snonce>" -> snonce, or null. */
 export function parseBanner(line) {
@@ -137,7 +141,11 @@ export function parseOk(line) {
  * One response line (without "\n"; a "\r" before it is dropped), or null if
  * it breaks the server's grammar. {type, id (bigint, null for "E -" and M),
  * token (bigint), owner (null when free), waiters, text (E: the reason; M:
- * the address, null for "M -")}.
+ * the address, null for "M -"; S: the body, or this line's part of it)};
+ * W also has slot (a number, 0-16383) and version (bigint), S has version
+ * (bigint), part and parts (1 and 1 for the one-line form; else 1 <= part
+ * <= parts, 2 <= parts <= RING_PARTS_MAX: the order is the connection's to
+ * check).
  */
 export function parseResponse(line) {
   if (line.endsWith('\r')) line = line.slice(0, -1);
@@ -180,6 +188,17 @@ export function parseResponse(line) {
       r.owner = w[2];
       return r;
     }
+    case 'W': {
+      if (w.length !== 4 || r.id === null) return null;
+      const sl = parseU64(w[2]);
+      const v = parseU64(w[3]);
+      if (sl === null || sl >= BigInt(SLOTS) || v === null) return null;
+      r.slot = Number(sl);
+      r.version = v;
+      return r;
+    }
+    case 'S':
+      return parseRing(w, r);
     case 'E':
       if (w.length !== 3 || !visible(w[2])) return null;
       r.text = w[2];
@@ -187,4 +206,27 @@ export function parseResponse(line) {
     default:
       return null;
   }
+}
+
+// "S <id> <version> <body>", or "S <id> <version> <k>/<n> <part>".
+function parseRing(w, r) {
+  if ((w.length !== 4 && w.length !== 5) || r.id === null) return null;
+  const v = parseU64(w[2]);
+  const body = w[w.length - 1];
+  if (v === null || !visible(body)) return null;
+  let part = 1n;
+  let parts = 1n;
+  if (w.length === 5) {
+    const kn = w[3].split('/');
+    if (kn.length !== 2) return null;
+    part = parseU64(kn[0]);
+    parts = parseU64(kn[1]);
+    if (part === null || parts === null || parts < 2n || parts > BigInt(RING_PARTS_MAX) ||
+      part < 1n || part > parts) return null;
+  }
+  r.version = v;
+  r.part = Number(part);
+  r.parts = Number(parts);
+  r.text = body;
+  return r;
 }

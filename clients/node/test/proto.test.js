@@ -87,3 +87,40 @@ test('the slot of a key: FNV-1a 64 of its bytes modulo 16384', () => {
   assert.equal(slot('caf\u00e9'), 3465);
   assert.throws(() => slot(42), TypeError);
 });
+
+test('W: the group does not serve the key\'s slot (docs/protocol.md section 10)', () => {
+  assert.deepEqual(P.parseResponse('W 8 11909 3'),
+    { type: 'W', id: 8n, token: 0n, owner: null, waiters: 0, text: null, slot: 11909, version: 3n });
+  assert.equal(P.parseResponse('W 1 0 0').version, 0n, '0: the group has no ring');
+  const top = P.parseResponse('W 18446744073709551615 16383 18446744073709551615\r');
+  assert.equal(top.id, 18446744073709551615n);
+  assert.equal(top.slot, 16383);
+  assert.equal(top.version, 18446744073709551615n, 'a u64 version stays exact');
+  for (const bad of ['W 1', 'W 1 5', 'W 1 5 6 7', 'W 1 16384 0', 'W 1 99999 0', 'W 1 -1 0', 'W 1 05 0', 'W 1 5 01',
+    'W 1 5 -1', 'W 1 5 +1', 'W 1 5 18446744073709551616', 'W - 5 0', 'W x 5 0', 'W 1  5 0', 'W 1 5 0 ',
+    'W 1 5 3a', 'WW 1 5 0']) {
+    assert.equal(P.parseResponse(bad), null, JSON.stringify(bad));
+  }
+  assert.equal(P.fmtRing(7), 'S 7\n');
+});
+
+test('S: the ring, in one line or in parts k/n (docs/protocol.md section 10)', () => {
+  const body = '0-8191=sales-a@10.0.0.1:7400,10.0.0.2:7400;8192-16383=sales-b@10.0.1.1:7400';
+  assert.deepEqual(P.parseResponse(`S 7 3 ${body}`),
+    { type: 'S', id: 7n, token: 0n, owner: null, waiters: 0, text: body, version: 3n, part: 1, parts: 1 });
+  const none = P.parseResponse('S 7 0 -');
+  assert.equal(none.version, 0n);
+  assert.equal(none.text, '-');
+  const part = P.parseResponse('S 9 18446744073709551615 2/3 100-199=b@h:2');
+  assert.equal(part.version, 18446744073709551615n);
+  assert.equal(part.part, 2);
+  assert.equal(part.parts, 3);
+  assert.equal(part.text, '100-199=b@h:2');
+  assert.equal(P.parseResponse('S 9 4 1024/1024 x').parts, 1024);
+  for (const bad of ['S 7', 'S 7 3', 'S 7 03 -', 'S 7 -1 -', 'S 7 18446744073709551616 -', 'S - 3 -', 'S 7 3 - -',
+    'S 7 3 0/3 x', 'S 7 3 4/3 x', 'S 7 3 1/1 x', 'S 7 3 2/1 x', 'S 7 3 1/ x', 'S 7 3 /2 x', 'S 7 3 1-2 x',
+    'S 7 3 01/2 x', 'S 7 3 1/02 x', 'S 7 3 1/2/3 x', 'S 7 3 a/2 x', 'S 7 3 1/2 x y', 'S 7 3 1/1025 x',
+    'S 7 3 1/18446744073709551617 x', 'S 7 3 caf\u00e9', 'S 7 3 a\tb', 'S 7 3  -', 'S 7 3 - ', 'S 7 3 1/2  x']) {
+    assert.equal(P.parseResponse(bad), null, JSON.stringify(bad));
+  }
+});

@@ -341,6 +341,11 @@ final class Conn {
             case 'Q':
                 line = Proto.queryLine(id, r.key);
                 break;
+            case 'S':
+                line = Proto.ringLine(id);
+                r.ringPartsRead = 0; // the parts of an answer on another connection are gone with it
+                r.ringBody = null;
+                break;
             default:
                 line = Proto.pingLine(id);
         }
@@ -639,13 +644,52 @@ final class Conn {
             if (r == null) {
                 return; // a forgotten zombie's answer
             }
-            if (r.wire != Req.WIRE_SENT || !fits(r, rsp.type)) {
+            if (r.wire != Req.WIRE_SENT || !fits(r, rsp.type) || (r.ringPartsRead != 0 && rsp.type != 'S')) {
                 fail("protocol: answer does not fit its request", now);
                 return;
+            }
+            if (rsp.type == 'S' && !ringPart(r, rsp, now)) {
+                return; // more parts to come, or the connection failed
             }
             dropSlot(r);
             core.onResponse(r, rsp, now);
         }
+    }
+
+    /**
+     * One line of an S answer: true when the answer is complete (the
+     * one-line form, or part n of n; r then holds the joined body). Parts
+     * must come in order 1..n with the same n and version; anything else is
+     * a protocol error that closes the connection (and false).
+     */
+    private boolean ringPart(Req r, Proto.Response rsp, long now) {
+        if (rsp.parts == 1) {
+            if (r.ringPartsRead != 0) {
+                fail("protocol: a one-line ring answer in the middle of a multi-line one", now);
+                return false;
+            }
+            r.ringVersion = rsp.version;
+            r.ringBody = new StringBuilder(rsp.text);
+            return true;
+        }
+        if (r.ringPartsRead == 0) {
+            if (rsp.part != 1) {
+                fail("protocol: ring answer part " + rsp.part + "/" + rsp.parts + " before part 1", now);
+                return false;
+            }
+            r.ringParts = rsp.parts;
+            r.ringVersion = rsp.version;
+            r.ringBody = new StringBuilder(rsp.text);
+        } else {
+            if (rsp.part != r.ringPartsRead + 1 || rsp.parts != r.ringParts || rsp.version != r.ringVersion) {
+                fail("protocol: ring answer part " + rsp.part + "/" + rsp.parts + " out of order (after "
+                        + r.ringPartsRead + "/" + r.ringParts + ")", now);
+                return false;
+            }
+            r.ringBody.append(';').append(rsp.text);
+        }
+        r.ringPartsRead = rsp.part;
+        return rsp.part == rsp.parts;
     }
 
     private static boolean fits(Req r, char t) {
@@ -654,11 +698,13 @@ final class Conn {
         }
         switch (r.type) {
             case 'A':
-                return t == 'G' || t == 'T' || t == 'B' || t == 'E';
+                return t == 'G' || t == 'T' || t == 'B' || t == 'E' || t == 'W';
             case 'R':
-                return t == 'R' || t == 'N' || t == 'E';
+                return t == 'R' || t == 'N' || t == 'E' || t == 'W';
             case 'Q':
-                return t == 'Q' || t == 'E';
+                return t == 'Q' || t == 'E' || t == 'W';
+            case 'S':
+                return t == 'S' || t == 'E';
             default:
                 return t == 'P' || t == 'E';
         }

@@ -37,7 +37,7 @@ import java.util.concurrent.locks.ReentrantLock;
  * INDETERMINATE too, reason "lease", and compensated);
  * <li>release (explicit or compensation): enqueue + 5 s, absolute, then
  * UNCONFIRMED;
- * <li>query, ping: submit + request timeout, then UNAVAILABLE;
+ * <li>query, ping, ring: submit + request timeout, then UNAVAILABLE;
  * <li>decided but still holding an id on a connection (a zombie): a
  * linger, after which its id is forgotten. A G for a zombie acquire is
  * released at once (compensation).
@@ -196,7 +196,7 @@ final class Engine {
         }
     }
 
-    /** Asks the I/O thread to cancel r (an acquire, query or ping). */
+    /** Asks the I/O thread to cancel r (an acquire, query, ping or ring). */
     void cancel(Req r) {
         mu.lock();
         try {
@@ -543,6 +543,19 @@ final class Engine {
             case 'P':
                 res = new Result(Outcome.ANSWERED);
                 res.rttNanos = Math.max(0, now - r.sentNanos);
+                break;
+            case 'S':
+                res = new Result(Outcome.ANSWERED);
+                res.ringVersion = r.ringVersion;
+                res.body = r.ringBody.toString();
+                r.ringBody = null;
+                break;
+            case 'W':
+                // Definite: the group changed nothing. A release is done with
+                // too (nothing is held here to release), not retried.
+                res = new Result(Outcome.WRONG_GROUP);
+                res.slot = rsp.slot;
+                res.ringVersion = rsp.version;
                 break;
             case 'E':
                 res = new Result(Outcome.INVALID, rsp.text.length() > 15 ? rsp.text.substring(0, 15) : rsp.text);

@@ -34,6 +34,12 @@ public enum Outcome {
     UNCONFIRMED,
     /** Release: the release queue is full; nothing was enqueued. */
     QUEUE_FULL,
-    /** Query or ping answered. */
-    ANSWERED
+    /** Query, ping or ring answered. */
+    ANSWERED,
+    /**
+     * Acquire, release or query, {@code W}: the group of the node asked does
+     * not serve the key's slot. Definite: nothing was done (not acquired,
+     * nothing released), so the request may go to the owning group.
+     */
+    WRONG_GROUP
 }

@@ -94,13 +94,17 @@ final class Proto {
         return ascii("P " + Long.toUnsignedString(id) + "\n");
     }
 
+    static byte[] ringLine(long id) {
+        return ascii("S " + Long.toUnsignedString(id) + "\n");
+    }
+
     static byte[] ascii(String s) {
         return s.getBytes(StandardCharsets.US_ASCII);
     }
 
     /** One parsed server line after the handshake. */
     static final class Response {
-        /** G T B R N Q P E M. */
+        /** G T B R N Q P E M W S. */
         final char type;
         /** False for "E - reason" and M. */
         final boolean hasId;
@@ -110,10 +114,22 @@ final class Proto {
         /** Q: the holder, null when the key is free. */
         final String owner;
         final long waiters;
-        /** E: the reason; M: the address, null for "M -". */
+        /** E: the reason; M: the address, null for "M -"; S: the body, or this line's part of it. */
         final String text;
+        /** W: the key's slot, 0 to 16383. */
+        final int slot;
+        /** W, S: the ring's version (unsigned). */
+        final long version;
+        /** S: this line is part {@code part} of {@code parts}; 1 of 1 for the one-line form. */
+        final int part;
+        final int parts;
 
         Response(char type, boolean hasId, long id, long token, String owner, long waiters, String text) {
+            this(type, hasId, id, token, owner, waiters, text, 0, 0, 0, 0);
+        }
+
+        Response(char type, boolean hasId, long id, long token, String owner, long waiters, String text, int slot,
+                long version, int part, int parts) {
             this.type = type;
             this.hasId = hasId;
             this.id = id;
@@ -121,6 +137,10 @@ final class Proto {
             this.owner = owner;
             this.waiters = waiters;
             this.text = text;
+            this.slot = slot;
+            this.version = version;
+            this.part = part;
+            this.parts = parts;
         }
     }
 
@@ -192,11 +212,63 @@ final class Proto {
                 }
                 return new Response(t, true, id, tok, w[2], n, null);
             }
+            case 'W': {
+                if (w.length != 4) {
+                    return null;
+                }
+                Long slot = parseU64(w[2]);
+                Long version = parseU64(w[3]);
+                if (slot == null || Long.compareUnsigned(slot, Slots.SLOTS) >= 0 || version == null) {
+                    return null;
+                }
+                return new Response(t, true, id, 0, null, 0, null, (int) (long) slot, version, 0, 0);
+            }
+            case 'S':
+                return parseRing(w, id);
             case 'E':
                 return w.length == 3 && visible(w[2]) ? new Response(t, hasId, id, 0, null, 0, w[2]) : null;
             default:
                 return null;
         }
+    }
+
+    /**
+     * The most parts an S answer can have: each part holds at least one whole
+     * range, and a ring has at most 1,024 of them.
+     */
+    static final int RING_PARTS_MAX = 1024;
+
+    /**
+     * "S id version body" (the one-line form: part 1 of 1) or "S id version
+     * k/n part" with 1 <= k <= n and 2 <= n <= {@link #RING_PARTS_MAX}; the
+     * body or part is visible ASCII. Whether the parts come in order is the
+     * connection's to check.
+     */
+    private static Response parseRing(String[] w, long id) {
+        if (w.length != 4 && w.length != 5) {
+            return null;
+        }
+        Long version = parseU64(w[2]);
+        String body = w[w.length - 1];
+        if (version == null || !visible(body)) {
+            return null;
+        }
+        int part = 1;
+        int parts = 1;
+        if (w.length == 5) {
+            int slash = w[3].indexOf('/');
+            if (slash < 0) {
+                return null;
+            }
+            Long k = parseU64(w[3].substring(0, slash));
+            Long n = parseU64(w[3].substring(slash + 1));
+            if (k == null || n == null || n < 2 || n > RING_PARTS_MAX || k < 1 || k > n) {
+                return null;
+            }
+            part = (int) (long) k;
+            parts = (int) (long) n;
+        }
+        return new Response('S', true, id, 0, null, 0, body, 0, version, part, parts);
     }
 
     /** 32 random bytes in lowercase hex: a handshake nonce. */

@@ -36,6 +36,11 @@ final class Req {
     boolean compensation;
     boolean resent;
     boolean pending;
+    /** S: the parts of a multi-line answer read so far on its connection (0: none yet). */
+    int ringPartsRead;
+    int ringParts;
+    long ringVersion;
+    StringBuilder ringBody;
 
     Req(char type, String key, long leaseMs, long waitMs, long token) {
         this.type = type;

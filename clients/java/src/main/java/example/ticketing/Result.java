@@ -12,6 +12,12 @@ final class Result {
     long waiters;
     boolean resent;
     long rttNanos;
+    /** WRONG_GROUP: the key's slot. */
+    int slot;
+    /** WRONG_GROUP: the version of the ring the group judged by; ring: the ring's version (unsigned). */
+    long ringVersion;
+    /** Ring: the body, the parts joined by ';' ("-": no ranges). */
+    String body;
 
     Result(Outcome outcome, String reason) {
         this.outcome = outcome;

@@ -103,6 +103,7 @@ public final class TicketingClient implements AutoCloseable {
      *     acquired; do not enter (a late grant is released by the client)
      * @throws InvalidRequestException a bad key, lease or wait (nothing was sent)
      * @throws CancelledException interrupted, or {@link #close()}, before any byte was written
+     * @throws WrongGroupException the node's group does not serve the key's slot: not acquired
      */
     public Lease acquire(String key, Duration lease, Duration wait) {
         Req r = acquireReq(key, lease, wait);
@@ -183,6 +184,8 @@ public final class TicketingClient implements AutoCloseable {
      *     lease ran out (another holder may have entered) or it was released
      * @throws UnconfirmedException no answer by the deadline: never assume success
      * @throws QueueFullException the queue is full; nothing was enqueued
+     * @throws WrongGroupException the node's group does not serve the key's
+     *     slot: nothing was released (and the release is not retried)
      */
     public void release(Lease lease) {
         refuseOnIoThread("release", lease.key());
@@ -235,13 +238,14 @@ public final class TicketingClient implements AutoCloseable {
         return token == 0 ? "token" : null;
     }
 
-    // ---- query and ping ---------------------------------------------------------------
+    // ---- query, ping and ring -------------------------------------------------------------
 
     /**
      * Reads the committed holder of key (a linearizable read).
      *
      * @throws UnavailableException no answer within the request timeout
      * @throws InvalidRequestException a bad key
+     * @throws WrongGroupException the node's group does not serve the key's slot
      */
     public QueryResult query(String key) {
         Req r = new Req('Q', Proto.keyOk(key) ? key : "", 0, 0, 0);
@@ -281,6 +285,26 @@ public final class TicketingClient implements AutoCloseable {
         return async(new Req('P', "", 0, 0, 0), null, "ping", "", res -> Duration.ofNanos(res.rttNanos));
     }
 
+    /**
+     * Asks a node for its group's ring ({@code S}): the version and the body,
+     * the parts of a long answer joined by {@code ;}. A node with no ring
+     * answers version 0 and body {@code "-"}.
+     *
+     * @throws UnavailableException no answer within the request timeout
+     */
+    public Ring ring() {
+        Result res = call(new Req('S', "", 0, 0, 0), null);
+        if (res.outcome != Outcome.ANSWERED) {
+            throw exception(res, "ring", "");
+        }
+        return new Ring(res.ringVersion, res.body);
+    }
+
+    /** {@link #ring} without blocking. */
+    public CompletableFuture<Ring> ringAsync() {
+        return async(new Req('S', "", 0, 0, 0), null, "ring", "", res -> new Ring(res.ringVersion, res.body));
+    }
+
     // ---- the client itself ---------------------------------------------------------------
 
     /**
@@ -310,7 +334,7 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     /**
-     * Stops the client: acquires, queries and pings not decided yet end
+     * Stops the client: acquires, queries, pings and rings not decided yet end
      * {@link CancelledException} (reason {@code shutdown}); releases already
      * queued keep their 5 s deadline (this waits for them, at most about
      * 5 s); then every connection closes. Idempotent.
@@ -432,6 +456,11 @@ public final class TicketingClient implements AutoCloseable {
                         + ": no answer before the release's deadline; never assume success");
             case QUEUE_FULL:
                 return new QueueFullException(key, head + ": the release queue is full; the lease will free the key");
+            case WRONG_GROUP:
+                return new WrongGroupException(key, res.slot, res.ringVersion, res.resent, head + ": slot "
+                        + res.slot + " is not served by this group (ring version "
+                        + Long.toUnsignedString(res.ringVersion) + "); nothing was done"
+                        + (op.equals("acquire") ? ", not acquired" : ""));
             default: {
                 String err = engine.lastError();
                 String last = err.isEmpty() ? "" : "; last connection error: " + err;
@@ -531,7 +560,7 @@ public final class TicketingClient implements AutoCloseable {
             return this;
         }
 
-        /** The budget of a query or ping. Default 5 s. */
+        /** The budget of a query, ping or ring. Default 5 s. */
         public Builder requestTimeout(Duration d) {
             this.requestTimeout = d;
             return this;

@@ -69,6 +69,58 @@ class ProtoTest {
         }
     }
 
+    /** W: docs/protocol.md section 10, "W (wrong group)". */
+    @Test
+    void wrongGroupAnswers() {
+        Proto.Response w = Proto.parseResponse("W 8 11909 3");
+        assertEquals('W', w.type);
+        assertTrue(w.hasId);
+        assertEquals(8, w.id);
+        assertEquals(11909, w.slot);
+        assertEquals(3, w.version);
+        assertEquals(0, Proto.parseResponse("W 1 0 0").slot);
+        assertEquals(0, Proto.parseResponse("W 1 0 0").version, "0: the group has no ring");
+        Proto.Response top = Proto.parseResponse("W 18446744073709551615 16383 18446744073709551615\r");
+        assertEquals(-1L, top.id);
+        assertEquals(16383, top.slot);
+        assertEquals(-1L, top.version, "a u64 version stays exact");
+        for (String bad : new String[] {"W 1", "W 1 5", "W 1 5 6 7", "W 1 16384 0", "W 1 99999 0", "W 1 -1 0",
+                "W 1 05 0", "W 1 5 01", "W 1 5 -1", "W 1 5 +1", "W 1 5 18446744073709551616", "W - 5 0", "W x 5 0",
+                "W 1  5 0", "W 1 5 0 ", "W 1 5 3a", "WW 1 5 0"}) {
+            assertNull(Proto.parseResponse(bad), bad);
+        }
+        assertEquals("S 7\n", new String(Proto.ringLine(7), StandardCharsets.US_ASCII));
+    }
+
+    /** S: docs/protocol.md section 10, "S (the ring)": the one-line form and the parts. */
+    @Test
+    void ringAnswers() {
+        Proto.Response one = Proto.parseResponse("S 7 3 0-8191=sales-a@10.0.0.1:7400,10.0.0.2:7400;"
+                + "8192-16383=sales-b@10.0.1.1:7400");
+        assertEquals('S', one.type);
+        assertEquals(7, one.id);
+        assertEquals(3, one.version);
+        assertEquals(1, one.part);
+        assertEquals(1, one.parts);
+        assertEquals("0-8191=sales-a@10.0.0.1:7400,10.0.0.2:7400;8192-16383=sales-b@10.0.1.1:7400", one.text);
+        Proto.Response none = Proto.parseResponse("S 7 0 -");
+        assertEquals(0, none.version);
+        assertEquals("-", none.text);
+        Proto.Response part = Proto.parseResponse("S 9 18446744073709551615 2/3 100-199=b@h:2");
+        assertEquals(-1L, part.version);
+        assertEquals(2, part.part);
+        assertEquals(3, part.parts);
+        assertEquals("100-199=b@h:2", part.text);
+        assertEquals(1024, Proto.parseResponse("S 9 4 1024/1024 x").parts);
+        for (String bad : new String[] {"S 7", "S 7 3", "S 7 03 -", "S 7 -1 -", "S 7 18446744073709551616 -",
+                "S - 3 -", "S 7 3 - -", "S 7 3 0/3 x", "S 7 3 4/3 x", "S 7 3 1/1 x", "S 7 3 2/1 x", "S 7 3 1/ x",
+                "S 7 3 /2 x", "S 7 3 1-2 x", "S 7 3 01/2 x", "S 7 3 1/02 x", "S 7 3 1/2/3 x", "S 7 3 a/2 x",
+                "S 7 3 1/2 x y", "S 7 3 1/1025 x", "S 7 3 1/18446744073709551617 x", "S 7 3 caf\u00e9",
+                "S 7 3 a\tb", "S 7 3  -", "S 7 3 - ", "S 7 3 1/2  x"}) {
+            assertNull(Proto.parseResponse(bad), bad);
+        }
+    }
+
     @Test
     void fieldLimits() {
         assertTrue(Proto.keyOk("k".repeat(250)));

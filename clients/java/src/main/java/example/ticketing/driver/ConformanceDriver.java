@@ -3,11 +3,13 @@ package example.ticketing.driver;
 import example.ticketing.Lease;
 import example.ticketing.NotHeldException;
 import example.ticketing.QueryResult;
+import example.ticketing.Ring;
 import example.ticketing.Slots;
 import example.ticketing.Stats;
 import example.ticketing.TicketingClient;
 import example.ticketing.TicketingException;
 import example.ticketing.UnconfirmedException;
+import example.ticketing.WrongGroupException;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
@@ -154,10 +156,22 @@ public final class ConformanceDriver {
     }
 
     private void reply(long t0, Object... pairs) {
-        Object[] all = new Object[pairs.length + 2];
+        replyFor(t0, null, pairs);
+    }
+
+    /**
+     * A reply: pairs, then, for a WRONG_GROUP (e a {@link WrongGroupException}),
+     * its slot and ring_version, then elapsed_ms.
+     */
+    private void replyFor(long t0, TicketingException e, Object... pairs) {
+        Object[] extra = e instanceof WrongGroupException w
+                ? new Object[] {"slot", w.slot(), "ring_version", Json.unsigned(w.ringVersion())}
+                : new Object[0];
+        Object[] all = new Object[pairs.length + extra.length + 2];
         System.arraycopy(pairs, 0, all, 0, pairs.length);
-        all[pairs.length] = "elapsed_ms";
-        all[pairs.length + 1] = (System.nanoTime() - t0) / 1_000_000;
+        System.arraycopy(extra, 0, all, pairs.length, extra.length);
+        all[all.length - 2] = "elapsed_ms";
+        all[all.length - 1] = (System.nanoTime() - t0) / 1_000_000;
         out.print(Json.object(all));
         out.print('\n');
         out.flush();
@@ -196,6 +210,7 @@ public final class ConformanceDriver {
                 case "release" -> release(cmd, t0);
                 case "query" -> query(cmd, t0);
                 case "ping" -> ping(t0);
+                case "ring" -> ring(t0);
                 case "sleep" -> {
                     long ms = num(cmd, "ms", 600_000);
                     sleep(ms);
@@ -231,7 +246,7 @@ public final class ConformanceDriver {
             Lease l = client.acquire(key, Duration.ofMillis(lease), Duration.ofMillis(wait));
             reply(t0, "outcome", "ACQUIRED", "token", Json.unsigned(l.token()), "reason", "");
         } catch (TicketingException e) {
-            reply(t0, "outcome", e.outcome().name(), "token", 0, "reason", e.reason());
+            replyFor(t0, e, "outcome", e.outcome().name(), "token", 0, "reason", e.reason());
         }
     }
 
@@ -243,8 +258,9 @@ public final class ConformanceDriver {
             reply(t0, "outcome", "RELEASED", "resent", resent, "reason", "");
         } catch (TicketingException e) {
             boolean resent = e instanceof NotHeldException n ? n.resent()
+                    : e instanceof WrongGroupException w ? w.resent()
                     : e instanceof UnconfirmedException u && u.resent();
-            reply(t0, "outcome", e.outcome().name(), "resent", resent, "reason", e.reason());
+            replyFor(t0, e, "outcome", e.outcome().name(), "resent", resent, "reason", e.reason());
         }
     }
 
@@ -255,7 +271,7 @@ public final class ConformanceDriver {
             reply(t0, "outcome", "ANSWERED", "held", q.held(), "owner", q.owner(), "token",
                     Json.unsigned(q.token()), "waiters", q.waiters(), "reason", "");
         } catch (TicketingException e) {
-            reply(t0, "outcome", e.outcome().name(), "held", false, "owner", null, "token", 0, "waiters", 0,
+            replyFor(t0, e, "outcome", e.outcome().name(), "held", false, "owner", null, "token", 0, "waiters", 0,
                     "reason", e.reason());
         }
     }
@@ -266,6 +282,15 @@ public final class ConformanceDriver {
             reply(t0, "outcome", "ANSWERED", "reason", "");
         } catch (TicketingException e) {
             reply(t0, "outcome", e.outcome().name(), "reason", e.reason());
+        }
+    }
+
+    private void ring(long t0) {
+        try {
+            Ring r = client.ring();
+            reply(t0, "outcome", "ANSWERED", "version", Json.unsigned(r.version()), "body", r.body(), "reason", "");
+        } catch (TicketingException e) {
+            replyFor(t0, e, "outcome", e.outcome().name(), "version", 0, "body", "", "reason", e.reason());
         }
     }
 

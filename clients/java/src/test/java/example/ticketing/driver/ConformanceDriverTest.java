@@ -92,10 +92,55 @@ class ConformanceDriverTest {
                 expect(m, "outcome", "OK");
                 expect(m, "slot", 10735);
                 expect(call("{\"op\":\"slot\"}"), "outcome", "DRIVER_ERROR");
+                m = call("{\"op\":\"ring\"}");
+                expect(m, "outcome", "ANSWERED");
+                expect(m, "version", 0);
+                expect(m, "body", "-");
                 m = call("{\"op\":\"stats\"}");
                 expect(m, "outcome", "OK");
                 expect(m, "compensations", 0);
                 expect(m, "indeterminate", 0);
+                expect(m, "releases_queued", 0);
+                expect(call("{\"op\":\"close\"}"), "outcome", "OK");
+                assertTrue(p.waitFor(10, TimeUnit.SECONDS), "the driver did not exit after close");
+                assertEquals(0, p.exitValue());
+            } finally {
+                p.destroyForcibly();
+            }
+        }
+    }
+
+    /** WRONG_GROUP replies carry the W line's slot and ring_version (docs/testing.md). */
+    @Test
+    void wrongGroupReplies() throws Exception {
+        Path secret = Servers.writeSecret(dir, "client.secret");
+        try (Servers.Node node = Servers.standalone(dir, secret, "--group", "sales-b")) {
+            String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+            Process p = new ProcessBuilder(List.of(java, "-cp", Servers.clientClassPath(),
+                    ConformanceDriver.class.getName(), "--addrs", node.addr(), "--secret-file", secret.toString(),
+                    "--owner", "drv-2"))
+                    .redirectError(ProcessBuilder.Redirect.INHERIT).start();
+            try {
+                in = p.getOutputStream();
+                out = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.US_ASCII));
+                Map<?, ?> m = call("{\"op\":\"acquire\",\"key\":\"show-42\",\"lease_ms\":30000,\"wait_ms\":0}");
+                expect(m, "outcome", "WRONG_GROUP");
+                expect(m, "token", 0);
+                expect(m, "slot", 11909);
+                expect(m, "ring_version", 0);
+                m = call("{\"op\":\"query\",\"key\":\"a\"}");
+                expect(m, "outcome", "WRONG_GROUP");
+                expect(m, "held", false);
+                expect(m, "slot", 11404);
+                m = call("{\"op\":\"release\",\"key\":\"show-42:seat-17\",\"token\":1}");
+                expect(m, "outcome", "WRONG_GROUP");
+                expect(m, "resent", false);
+                expect(m, "slot", 10735);
+                expect(m, "ring_version", 0);
+                m = call("{\"op\":\"ping\"}");
+                expect(m, "outcome", "ANSWERED");
+                expect(m, "slot", null);
+                m = call("{\"op\":\"stats\"}");
                 expect(m, "releases_queued", 0);
                 expect(call("{\"op\":\"close\"}"), "outcome", "OK");
                 assertTrue(p.waitFor(10, TimeUnit.SECONDS), "the driver did not exit after close");
