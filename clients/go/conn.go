@@ -173,6 +173,9 @@ func (k *conn) queue(r *req, now time.Duration) {
 		k.wbuf = appendRelease(k.wbuf, id, r.key, c.owner, r.token)
 	case 'Q':
 		k.wbuf = appendQuery(k.wbuf, id, r.key)
+	case 'S':
+		k.wbuf = appendRing(k.wbuf, id)
+		r.ringParts, r.ringN, r.ringVer = nil, 0, 0 // parts start anew here
 	default:
 		k.wbuf = appendPing(k.wbuf, id)
 	}
@@ -379,6 +382,18 @@ func (l *loop) line(k *conn, rsp *response, now time.Duration) {
 		if r.wire != wireSent || !fits(r, rsp.typ) {
 			k.down("protocol: answer does not fit its request", true, false, false, now)
 			return
+		}
+		if rsp.typ == 'S' {
+			whole, done, ok := ringPart(r, rsp)
+			if !ok {
+				k.down(fmt.Sprintf("protocol: ring part %d/%d out of order", rsp.part, rsp.parts),
+					true, false, false, now)
+				return
+			}
+			if !done {
+				return // more parts to come
+			}
+			rsp = &whole
 		}
 		k.dropSlot(r)
 		l.onResponse(r, rsp, now)

@@ -13,7 +13,7 @@ package ticketing
 //     INDETERMINATE (a G that comes at or after first write + lease is
 //     INDETERMINATE too, reason "lease", and compensated);
 //   release (explicit or compensation): enqueue + 5 s, then UNCONFIRMED;
-//   query, ping: submit + RequestTimeout, then UNAVAILABLE;
+//   query, ping, ring: submit + RequestTimeout, then UNAVAILABLE;
 //   decided but still holding an id on a connection (a zombie): a linger,
 //     after which its id is forgotten. A grant for a zombie acquire is
 //     released at once (compensation).
@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"strings"
 	"time"
 )
 
@@ -43,6 +44,7 @@ const (
 	oUnconfirmed
 	oQueueFull
 	oAnswered
+	oWrongGroup
 )
 
 const (
@@ -64,6 +66,9 @@ type result struct {
 	resent   bool
 	rtt      time.Duration
 	ctxErr   error
+	slot     uint32 // WRONG_GROUP: the key's slot
+	ringVer  uint64 // WRONG_GROUP: the ring version judged by; ring: the ring's version
+	body     string // ring: the ranges joined by ";" ("-": none)
 }
 
 type req struct {
@@ -82,6 +87,11 @@ type req struct {
 	conn                    *conn
 	id, pos                 uint64
 	done                    chan result
+	// S in parts: the bodies of parts 1..k seen on this connection, and
+	// the n and version they gave.
+	ringParts []string
+	ringN     uint32
+	ringVer   uint64
 }
 
 type reqHeap []*req
@@ -384,13 +394,39 @@ func fits(r *req, t byte) bool {
 	}
 	switch r.typ {
 	case 'A':
-		return t == 'G' || t == 'T' || t == 'B' || t == 'E'
+		return t == 'G' || t == 'T' || t == 'B' || t == 'E' || t == 'W'
 	case 'R':
-		return t == 'R' || t == 'N' || t == 'E'
+		return t == 'R' || t == 'N' || t == 'E' || t == 'W'
 	case 'Q':
-		return t == 'Q' || t == 'E'
+		return t == 'Q' || t == 'E' || t == 'W'
+	case 'S':
+		return t == 'S' || t == 'E'
 	}
 	return t == 'P' || t == 'E'
+}
+
+// ringPart takes an S line for r: the whole answer (the parts' bodies
+// joined by ";") once its last part came, done false while more are to
+// come, ok false for a part out of order (1..n, the same n and version
+// throughout), which is a protocol error.
+func ringPart(r *req, rsp *response) (whole response, done, ok bool) {
+	if rsp.parts == 1 {
+		return *rsp, true, len(r.ringParts) == 0
+	}
+	if int(rsp.part) != len(r.ringParts)+1 ||
+		(len(r.ringParts) > 0 && (rsp.parts != r.ringN || rsp.version != r.ringVer)) {
+		return whole, false, false
+	}
+	r.ringParts = append(r.ringParts, rsp.text)
+	r.ringN, r.ringVer = rsp.parts, rsp.version
+	if rsp.part < rsp.parts {
+		return whole, false, true
+	}
+	whole = *rsp
+	whole.text = strings.Join(r.ringParts, ";")
+	whole.part = 1
+	r.ringParts = nil
+	return whole, true, true
 }
 
 func (l *loop) onResponse(r *req, rsp *response, now time.Duration) {
@@ -426,6 +462,12 @@ func (l *loop) onResponse(r *req, rsp *response, now time.Duration) {
 		if now > r.sent {
 			res.rtt = now - r.sent
 		}
+	case 'S':
+		res.outcome, res.ringVer, res.body = oAnswered, rsp.version, rsp.text
+	case 'W':
+		// Definite: nothing was done. A release answered W is decided here
+		// like an N: it leaves the release queue and is not sent again.
+		res.outcome, res.slot, res.ringVer = oWrongGroup, rsp.slot, rsp.version
 	default:
 		res.outcome, res.reason = oInvalid, rsp.text
 	}

@@ -22,6 +22,9 @@ const (
 	releaseDeadline = 5000 // ms, absolute from enqueue
 	secretMin       = 16
 	secretMax       = 4096
+	// ringPartsMax bounds n of an S answer in parts: each part holds at
+	// least one range, and a ring has at most 1,024.
+	ringPartsMax = 1024
 )
 
 // Slots is the number of slots keys map to (SPEC 15).
@@ -29,7 +32,8 @@ const Slots = 16384
 
 // Slot is the slot of a key: FNV-1a 64 of its bytes modulo Slots, the
 // same number every Ticketing client computes. A deployment of several
-// groups maps each slot to one group; routing by slot is not built yet.
+// groups maps each slot to one group (see Client.Ring and ErrWrongGroup);
+// routing by slot is not built yet.
 func Slot(key string) uint32 {
 	h := uint64(0xcbf29ce484222325) // FNV-1a 64 offset basis
 	for i := 0; i < len(key); i++ {
@@ -106,15 +110,40 @@ func appendPing(b []byte, id uint64) []byte {
 	return append(b, '\n')
 }
 
+func appendRing(b []byte, id uint64) []byte {
+	b = append(b, "S "...)
+	b = strconv.AppendUint(b, id, 10)
+	return append(b, '\n')
+}
+
 // response is one parsed server line after the handshake.
 type response struct {
-	typ     byte // G T B R N Q P E M
+	typ     byte // G T B R N Q P E M W S
 	hasID   bool // false for "E - reason" and M
 	id      uint64
 	token   uint64
 	owner   string // Q: "" when the key is free
 	waiters uint32
-	text    string // E: the reason; M: the address ("" for "M -")
+	text    string // E: the reason; M: the address ("" for "M -"); S: the body (of this part)
+	slot    uint32 // W: the key's slot
+	version uint64 // W: the ring version the group judged by; S: the ring's version
+	part    uint32 // S: this line is part k of n (1 of 1: the one-line form)
+	parts   uint32
+}
+
+// parseRingPart reads "<k>/<n>" of an S answer in parts: 1 <= k <= n,
+// 2 <= n <= ringPartsMax, both numbers as SPEC 5 writes them.
+func parseRingPart(s string) (k, n uint32, ok bool) {
+	i := strings.IndexByte(s, '/')
+	if i < 0 {
+		return 0, 0, false
+	}
+	a, ok1 := parseU64(s[:i])
+	b, ok2 := parseU64(s[i+1:])
+	if !ok1 || !ok2 || a < 1 || a > b || b < 2 || b > ringPartsMax {
+		return 0, 0, false
+	}
+	return uint32(a), uint32(b), true
 }
 
 // parseResponse follows the server's grammar exactly; false for anything
@@ -178,6 +207,33 @@ func parseResponse(line string) (response, bool) {
 		}
 		r.owner = w[2]
 		return r, true
+	case 'W': // W <id> <slot> <ring_version>
+		if len(w) != 4 {
+			return r, false
+		}
+		s, ok1 := parseU64(w[2])
+		v, ok2 := parseU64(w[3])
+		if !ok1 || !ok2 || s >= Slots {
+			return r, false
+		}
+		r.slot, r.version = uint32(s), v
+		return r, true
+	case 'S': // S <id> <version> <body>, or S <id> <version> <k>/<n> <part>
+		if (len(w) != 4 && len(w) != 5) || !visible(w[len(w)-1]) {
+			return r, false
+		}
+		v, ok := parseU64(w[2])
+		if !ok {
+			return r, false
+		}
+		r.version, r.text = v, w[len(w)-1]
+		if len(w) == 4 {
+			r.part, r.parts = 1, 1
+			return r, v != 0 || r.text == "-" // no ring (version 0) has no ranges
+		}
+		// Parts only for a ring too long for one line: ranges, and a version.
+		r.part, r.parts, ok = parseRingPart(w[3])
+		return r, ok && v != 0 && r.text != "-"
 	case 'E':
 		if len(w) != 3 || !visible(w[2]) {
 			return r, false

@@ -170,14 +170,18 @@ func dumpLog(t testing.TB, n *node) {
 
 // standalone starts one node with its client secret; returns it and the
 // secret file.
-func standalone(t testing.TB) (*node, string) {
+func standalone(t testing.TB) (*node, string) { return standaloneWith(t) }
+
+// standaloneWith is standalone with more ticketingd arguments (for
+// example "--group", "sales-b").
+func standaloneWith(t testing.TB, extra ...string) (*node, string) {
 	dir := t.TempDir()
 	secret := writeSecret(t, dir, "client.secret")
 	for attempt := 0; attempt < 5; attempt++ {
 		p := freePorts3(t, nil)
 		n := &node{port: p, log: filepath.Join(dir, fmt.Sprintf("node-%d.log", attempt)),
-			args: []string{"--bind", "127.0.0.1", "--port", fmt.Sprint(p), "--threads", "1",
-				"--client-secret-file", secret}}
+			args: append([]string{"--bind", "127.0.0.1", "--port", fmt.Sprint(p), "--threads", "1",
+				"--client-secret-file", secret}, extra...)}
 		spawn(t, dir, n)
 		exited := make(chan struct{})
 		go func(cmd *exec.Cmd) { cmd.Wait(); close(exited) }(n.cmd)

@@ -6,6 +6,12 @@
 // resent), compensation of late grants, and one bounded release queue with
 // an absolute 5 s deadline per release.
 //
+// Groups (SPEC 15): Slot(key) is a key's slot. A group that does not serve
+// it answers Acquire, Release and Query with ErrWrongGroup (definite:
+// nothing was done; the Error carries Slot and RingVersion), and
+// Client.Ring reads the group's ring. The client does not route by the
+// ring yet.
+//
 // A Client is safe for concurrent use by many goroutines. One goroutine owns
 // every connection, timer and outcome (the loop); each connection has a
 // reader and a writer goroutine that only move bytes.
@@ -39,6 +45,11 @@ var (
 	ErrNotHeld       = errors.New("not held")      // N: nothing held under (key, owner, token)
 	ErrUnconfirmed   = errors.New("unconfirmed")   // no R or N before the 5 s deadline
 	ErrQueueFull     = errors.New("queue full")    // the release queue is full; nothing enqueued
+	// ErrWrongGroup: W, the group does not serve the key's slot (SPEC 15).
+	// Definite: nothing was done (a release: nothing released, and not
+	// sent again). The Error's Slot and RingVersion say which slot and
+	// which ring the group judged by; the key may go to the owning group.
+	ErrWrongGroup = errors.New("wrong group")
 	// ErrAuth is matched, in addition to ErrUnavailable, by an error whose
 	// cause is a refused handshake (a wrong secret, or a server that does
 	// not know ours).
@@ -48,13 +59,17 @@ var (
 // Error is the error every call returns: an outcome (one of the sentinels
 // above, which errors.Is matches) with its detail.
 type Error struct {
-	Op      string // "acquire", "release", "query", "ping", "dial"
+	Op      string // "acquire", "release", "query", "ping", "ring", "dial"
 	Key     string
 	Outcome error  // the sentinel
 	Reason  string // the server's or the client's reason word ("key", "tls", "shutdown", ...)
 	Detail  string // the last connection failure, for UNAVAILABLE
 	Resent  bool   // release: written more than once
-	auth    bool
+	// ErrWrongGroup: the key's slot, and the version of the ring the group
+	// judged by (0: it has none).
+	Slot        uint32
+	RingVersion uint64
+	auth        bool
 }
 
 func (e *Error) Error() string {
@@ -65,6 +80,9 @@ func (e *Error) Error() string {
 	s += ": " + e.Outcome.Error()
 	if e.Reason != "" {
 		s += " (" + e.Reason + ")"
+	}
+	if e.Outcome == ErrWrongGroup {
+		s += fmt.Sprintf(" (slot %d, ring version %d)", e.Slot, e.RingVersion)
 	}
 	if e.Detail != "" {
 		s += ": " + e.Detail
@@ -126,6 +144,24 @@ type QueryResult struct {
 	Owner   string
 	Token   uint64
 	Waiters uint32
+}
+
+// RingResult is the ring of the group a client talks to (SPEC 15,
+// docs/protocol.md section 10).
+type RingResult struct {
+	Version uint64 // 0: no ring yet
+	// Body is the ring's ranges "<first>-<last>=<group>@<addr>[,<addr>...]"
+	// joined by ";" in increasing order, "-" when it has none. An answer
+	// the server sent in several lines arrives here joined.
+	Body string
+}
+
+// Ranges are the body's ranges (none for "-").
+func (r RingResult) Ranges() []string {
+	if r.Body == "-" || r.Body == "" {
+		return nil
+	}
+	return strings.Split(r.Body, ";")
 }
 
 // Stats are counters of the client.
@@ -350,6 +386,7 @@ func ms(d time.Duration) (uint32, bool) {
 // section; a grant that still arrives is released at once. ErrIndeterminate
 // with Reason "lease": the grant came, but only after the lease counted from
 // the first write had run out; it was released at once, do not enter.
+// ErrWrongGroup: the group does not serve the key's slot; not acquired.
 func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration) (Grant, error) {
 	l, okl := ms(lease)
 	w, okw := ms(wait)
@@ -370,8 +407,10 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 
 // Release releases g through the release queue: nil (R), ErrNotHeld (N),
 // ErrUnconfirmed (no answer by the absolute 5 s deadline; never assume
-// success), ErrQueueFull (at once). If ctx ends first, the release goes on
-// in the background and the call returns ErrUnconfirmed.
+// success), ErrQueueFull (at once), ErrWrongGroup (the group does not serve
+// the key's slot: nothing released; the release leaves the queue and is not
+// sent again). If ctx ends first, the release goes on in the background and
+// the call returns ErrUnconfirmed.
 func (c *Client) Release(ctx context.Context, g Grant) error {
 	_, err := c.ReleaseToken(ctx, g.Key, g.Token)
 	return err
@@ -394,7 +433,8 @@ func (c *Client) ReleaseToken(ctx context.Context, key string, token uint64) (re
 	return res.resent, c.errOf("release", key, res)
 }
 
-// Query reads the committed holder of key (linearizable).
+// Query reads the committed holder of key (linearizable). ErrWrongGroup:
+// the group does not serve the key's slot.
 func (c *Client) Query(ctx context.Context, key string) (QueryResult, error) {
 	if !keyOK(key) {
 		return QueryResult{}, &Error{Op: "query", Key: key, Outcome: ErrInvalid, Reason: "key"}
@@ -413,6 +453,19 @@ func (c *Client) Ping(ctx context.Context) (time.Duration, error) {
 		return 0, c.errOf("ping", "", res)
 	}
 	return res.rtt, nil
+}
+
+// Ring asks the group for its ring ("S"): the ring its leader has applied
+// (Version 0 and Body "-" when it has none), or ErrUnavailable (no answer
+// within RequestTimeout) or ErrCancelled, as Ping. Not a linearizable read:
+// a ring is only ever replaced by a newer one, and an ErrWrongGroup carries
+// the version its group judged by.
+func (c *Client) Ring(ctx context.Context) (RingResult, error) {
+	res := c.do(ctx, &req{typ: 'S'})
+	if res.outcome != oAnswered {
+		return RingResult{}, c.errOf("ring", "", res)
+	}
+	return RingResult{Version: res.ringVer, Body: res.body}, nil
 }
 
 // Close stops the client: acquires, queries and pings not decided end
@@ -443,6 +496,8 @@ func (c *Client) errOf(op, key string, r result) error {
 		e.Outcome = ErrUnconfirmed
 	case oQueueFull:
 		e.Outcome = ErrQueueFull
+	case oWrongGroup:
+		e.Outcome, e.Slot, e.RingVersion = ErrWrongGroup, r.slot, r.ringVer
 	default:
 		e.Outcome = ErrUnavailable
 		c.mu.Lock()
@@ -460,7 +515,7 @@ func (c *Client) errOf(op, key string, r result) error {
 }
 
 // OutcomeName is the C library's outcome name for what a call returned:
-// ACQUIRED/RELEASED/ANSWERED for a nil error of acquire/release/query-ping
+// ACQUIRED/RELEASED/ANSWERED for a nil error of acquire/release/query-ping-ring
 // (pass the op), else the name of the sentinel the error wraps.
 func OutcomeName(op string, err error) string {
 	if err == nil {
@@ -478,7 +533,8 @@ func OutcomeName(op string, err error) string {
 	}{{ErrBusy, "BUSY"}, {ErrTimeout, "TIMEOUT"}, {ErrInvalid, "INVALID"},
 		{ErrIndeterminate, "INDETERMINATE"}, {ErrCancelled, "CANCELLED"},
 		{ErrNotHeld, "NOT_HELD"}, {ErrUnconfirmed, "UNCONFIRMED"},
-		{ErrQueueFull, "QUEUE_FULL"}, {ErrUnavailable, "UNAVAILABLE"}} {
+		{ErrQueueFull, "QUEUE_FULL"}, {ErrWrongGroup, "WRONG_GROUP"},
+		{ErrUnavailable, "UNAVAILABLE"}} {
 		if errors.Is(err, p.e) {
 			return p.n
 		}

@@ -23,6 +23,7 @@ class Driver(unittest.TestCase):
                     {"op": "acquire", "key": "bad key", "lease_ms": 10000, "wait_ms": 0},
                     "not json",
                     {"op": "sleep", "ms": 10},
+                    {"op": "ring"},
                     {"op": "stats"},
                     {"op": "close"}]
             p = subprocess.Popen([sys.executable, os.path.join(PYDIR, "ticketing_driver.py"),
@@ -39,13 +40,15 @@ class Driver(unittest.TestCase):
             self.assertEqual(p.wait(30), 0)
             got = [r["outcome"] for r in replies]
             self.assertEqual(got, ["ANSWERED", "ACQUIRED", "BUSY", "ANSWERED", "RELEASED",
-                                   "NOT_HELD", "INVALID", "DRIVER_ERROR", "OK", "OK", "OK"])
+                                   "NOT_HELD", "INVALID", "DRIVER_ERROR", "OK", "ANSWERED", "OK",
+                                   "OK"])
             self.assertGreater(replies[1]["token"], 0)
             self.assertEqual(replies[2]["token"], 0)
             self.assertEqual((replies[3]["held"], replies[3]["owner"], replies[3]["token"]),
                              (True, "drv-test", replies[1]["token"]))
             self.assertEqual(replies[4]["resent"], False)
-            self.assertEqual(replies[9]["releases_queued"], 0)
+            self.assertEqual((replies[9]["version"], replies[9]["body"]), (0, "-"))
+            self.assertEqual(replies[10]["releases_queued"], 0)
             self.assertTrue(all(isinstance(r["elapsed_ms"], int) for r in replies))
             self.assertGreaterEqual(replies[8]["elapsed_ms"], 10)
         finally:

@@ -101,6 +101,9 @@ class Asyncio(unittest.TestCase):
             async with ticketing.aio.Client(self.srv.addrs, secret_file=self.srv.secret,
                                             owner="py-aio") as c:
                 self.assertIsInstance(await c.ping(), float)
+                ring = await c.ring()
+                self.assertEqual((ring.version, ring.body), (0, "-"))
+                self.assertEqual((await c.ring_result()).outcome, "ANSWERED")
                 g = await c.acquire("a-1", lease_ms=10000, wait_ms=0)
                 with self.assertRaises(ticketing.Busy):
                     await c.acquire("a-1", 10000, 0)

@@ -10,17 +10,22 @@
 ticketing.Client is thread-safe and blocking; ticketing.aio.Client offers
 the same calls as coroutines. The rules (outcomes, Indeterminate, retries,
 the release queue) are those of the C library, docs/client.md.
+
+Groups (SPEC 15): ticketing.slot(key) is a key's slot; a group that does
+not serve it answers acquire, release and query with WrongGroup (definite,
+nothing done, .slot and .ring_version); Client.ring() reads the group's
+ring (a Ring: version and body). The client does not route by it yet.
 """
-from .client import Client, Grant, Query
+from .client import Client, Grant, Query, Ring
 from ._proto import SLOTS, slot
 from .errors import (ACQUIRED, ANSWERED, BUSY, CANCELLED, INDETERMINATE, INVALID, NOT_HELD,
-                     OUTCOMES, QUEUE_FULL, RELEASED, TIMEOUT, UNAVAILABLE, UNCONFIRMED, Busy,
-                     Cancelled, ConfigError, Error, Indeterminate, Invalid, NotHeld, QueueFull,
-                     Result, Timeout, Unavailable, Unconfirmed)
+                     OUTCOMES, QUEUE_FULL, RELEASED, TIMEOUT, UNAVAILABLE, UNCONFIRMED,
+                     WRONG_GROUP, Busy, Cancelled, ConfigError, Error, Indeterminate, Invalid,
+                     NotHeld, QueueFull, Result, Timeout, Unavailable, Unconfirmed, WrongGroup)
 from . import aio  # noqa: E402  (ticketing.aio.Client)
 
 __version__ = "0.1.0"
 
-__all__ = ["Client", "Grant", "Query", "Result", "Error", "ConfigError", "Busy", "Timeout",
-           "Invalid", "Unavailable", "Indeterminate", "Cancelled", "NotHeld", "Unconfirmed",
-           "QueueFull", "OUTCOMES", "SLOTS", "slot", "aio"]
+__all__ = ["Client", "Grant", "Query", "Ring", "Result", "Error", "ConfigError", "Busy",
+           "Timeout", "Invalid", "Unavailable", "Indeterminate", "Cancelled", "NotHeld",
+           "Unconfirmed", "QueueFull", "WrongGroup", "OUTCOMES", "SLOTS", "slot", "aio"]

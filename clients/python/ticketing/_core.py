@@ -17,7 +17,7 @@ Deadlines (a request's heap key) depend on where the request is:
     INDETERMINATE too, reason "lease", and compensated);
   release (explicit or compensation): enqueue + 5 s, absolute, then
     UNCONFIRMED;
-  query, ping: submit + request_timeout_ms, then UNAVAILABLE;
+  query, ping, ring: submit + request_timeout_ms, then UNAVAILABLE;
   decided but still holding an id on a connection (a zombie): a linger,
     after which its id is forgotten. A G for a zombie acquire is released
     at once (compensation).
@@ -40,7 +40,7 @@ import time
 
 from . import _proto as P
 from .errors import (ACQUIRED, ANSWERED, BUSY, CANCELLED, INDETERMINATE, INVALID, NOT_HELD,
-                     RELEASED, TIMEOUT, UNAVAILABLE, UNCONFIRMED, Result)
+                     RELEASED, TIMEOUT, UNAVAILABLE, UNCONFIRMED, WRONG_GROUP, Result)
 
 RELEASE_DEADLINE = 5.0
 ZOMBIE_LINGER = 30.0
@@ -52,14 +52,15 @@ PROBE_ID = 0
 WIRE_NONE, WIRE_QUEUED, WIRE_SENT = 0, 1, 2
 (IDLE, RESOLVING, CONNECTING, TLS, BANNER, AUTH, PROBE, READY, RETIRED) = range(9)
 
-_FITS = {"A": "GTBE", "R": "RNE", "Q": "QE", "P": "PE"}
+# The answers each request may get ("S": the ring request, SPEC 15).
+_FITS = {"A": "GTBEW", "R": "RNEW", "Q": "QEW", "P": "PE", "S": "SE"}
 
 
 class Req:
     __slots__ = ("type", "key", "kb", "lease_ms", "wait_ms", "wait_sent_ms", "token",
                  "submit", "sent", "deadline", "hgen", "in_heap", "wire", "conn", "wire_id",
                  "stream_pos", "decided", "neutered", "compensation", "resent", "pending",
-                 "future", "cancel")
+                 "future", "cancel", "ring_parts", "ring_n", "ring_version")
 
     def __init__(self, type_, key="", lease_ms=0, wait_ms=0, token=0):
         self.type = type_
@@ -85,6 +86,9 @@ class Req:
         self.pending = False
         self.future = None
         self.cancel = False
+        self.ring_parts = []  # S in parts: the bodies of parts 1..k seen on this connection
+        self.ring_n = 0
+        self.ring_version = 0
 
 
 class Config:
@@ -322,6 +326,9 @@ class Conn:
             line = P.fmt_release(rid, r.kb, owner, r.token)
         elif r.type == "Q":
             line = P.fmt_query(rid, r.kb)
+        elif r.type == "S":
+            line = P.fmt_ring(rid)
+            r.ring_parts, r.ring_n, r.ring_version = [], 0, 0  # parts start anew here
         else:
             line = P.fmt_ping(rid)
         r.stream_pos = self.out_appended
@@ -517,8 +524,34 @@ class Conn:
             if r.wire != WIRE_SENT or rsp.type not in fits:
                 self.fail("protocol: answer does not fit its request", now)
                 return
+            if rsp.type == "S":
+                rsp = self.ring_part(r, rsp, now)
+                if rsp is None:
+                    return  # more parts to come, or the connection failed
             self.drop_slot(r)
             core.on_response(r, rsp, now)
+
+    def ring_part(self, r, rsp, now):
+        """An S line for r: the whole answer (the parts' bodies joined by
+        ";") once its last part came, else None. Parts come in order 1..n,
+        all with the same n and version; anything else is a protocol error
+        (the connection fails, and the request goes out again)."""
+        if rsp.parts == 1:
+            if r.ring_parts:
+                self.fail("protocol: a one-line ring answer in the middle of its parts", now)
+                return None
+            return rsp
+        if rsp.part != len(r.ring_parts) + 1 or (
+                r.ring_parts and (rsp.parts != r.ring_n or rsp.version != r.ring_version)):
+            self.fail(f"protocol: ring part {rsp.part}/{rsp.parts} out of order", now)
+            return None
+        r.ring_parts.append(rsp.text)
+        r.ring_n, r.ring_version = rsp.parts, rsp.version
+        if rsp.part < rsp.parts:
+            return None
+        body = ";".join(r.ring_parts)
+        r.ring_parts = []
+        return P.Response("S", rsp.id, text=body, version=rsp.version)
 
     def lines(self, now):
         while self.sock is not None:
@@ -859,6 +892,13 @@ class Core:
                          owner=rsp.owner, waiters=rsp.waiters)
         elif t == "P":
             res = Result(ANSWERED, rtt=max(0.0, now - r.sent))
+        elif t == "S":
+            res = Result(ANSWERED, ring_version=rsp.version, body=rsp.text)
+        elif t == "W":
+            # Definite: nothing was done. A release answered W is decided
+            # here like an N, so it leaves the release queue and is not sent
+            # again.
+            res = Result(WRONG_GROUP, slot=rsp.slot, ring_version=rsp.version)
         elif t == "E":
             res = Result(INVALID, reason=rsp.text[:15])
         else:

@@ -20,6 +20,7 @@ LINE_MAX = 1024  # bytes, the "\n" included
 SECRET_MIN = 16
 SECRET_MAX = 4096
 ADDRS_MAX = 8
+RING_PARTS_MAX = 1024  # an S answer in parts: each part holds >= 1 of <= 1,024 ranges
 
 _VISIBLE = re.compile(rb"[\x21-\x7e]+\Z")
 _DIGITS = re.compile(rb"(0|[1-9][0-9]*)\Z")
@@ -123,6 +124,10 @@ def fmt_ping(rid) -> bytes:
     return b"P %d\n" % rid
 
 
+def fmt_ring(rid) -> bytes:
+    return b"S %d\n" % rid
+
+
 def _u64(b: bytes):
     if len(b) > 20 or not _DIGITS.match(b):
         return None
@@ -149,15 +154,33 @@ def parse_ok(line: bytes):
 
 
 class Response:
-    __slots__ = ("type", "id", "token", "owner", "waiters", "text")
+    __slots__ = ("type", "id", "token", "owner", "waiters", "text", "slot", "version", "part",
+                 "parts")
 
-    def __init__(self, type_, id_=None, token=0, owner=None, waiters=0, text=None):
+    def __init__(self, type_, id_=None, token=0, owner=None, waiters=0, text=None, slot=0,
+                 version=0, part=1, parts=1):
         self.type = type_
         self.id = id_  # None: no id ("E -", "M")
         self.token = token
         self.owner = owner  # Q: None when the key is free
         self.waiters = waiters
-        self.text = text  # E: the reason; M: the address (None for "M -")
+        self.text = text  # E: the reason; M: the address (None for "M -"); S: the body (part)
+        self.slot = slot  # W: the key's slot
+        self.version = version  # W: the ring version judged by; S: the ring's version
+        self.part = part  # S: this line is part k of n (1 of 1: the one-line form)
+        self.parts = parts
+
+
+def _ring_part(b: bytes):
+    """"<k>/<n>" of an S answer in parts -> (k, n), or None: 1 <= k <= n,
+    2 <= n <= RING_PARTS_MAX, both numbers as SPEC 5 writes them."""
+    k, sep, n = b.partition(b"/")
+    if not sep:
+        return None
+    k, n = _u64(k), _u64(n)
+    if k is None or n is None or not 1 <= k <= n or not 2 <= n <= RING_PARTS_MAX:
+        return None
+    return k, n
 
 
 def parse_response(line: bytes):
@@ -199,6 +222,29 @@ def parse_response(line: bytes):
         if tok == 0:  # a free key is always "- 0 0"
             return Response(t, rid, 0, None, n) if w[2] == b"-" else None
         return Response(t, rid, tok, w[2].decode("ascii"), n)
+    if t == "W":  # W <id> <slot> <ring_version>
+        if len(w) != 4:
+            return None
+        s, v = _u64(w[2]), _u64(w[3])
+        if s is None or s >= SLOTS or v is None:
+            return None
+        return Response(t, rid, slot=s, version=v)
+    if t == "S":  # S <id> <version> <body>, or S <id> <version> <k>/<n> <part>
+        if len(w) not in (4, 5) or not visible(w[-1]):
+            return None
+        v = _u64(w[2])
+        if v is None:
+            return None
+        body = w[-1].decode("ascii")
+        if len(w) == 4:
+            if v == 0 and body != "-":  # no ring (version 0) has no ranges
+                return None
+            return Response(t, rid, text=body, version=v)
+        kn = _ring_part(w[3])
+        # Parts only for a ring too long for one line: ranges, and a version.
+        if kn is None or v == 0 or body == "-":
+            return None
+        return Response(t, rid, text=body, version=v, part=kn[0], parts=kn[1])
     if t == "E":
         if len(w) != 3 or not visible(w[2]):
             return None

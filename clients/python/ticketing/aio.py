@@ -58,6 +58,9 @@ class Client:
     async def ping_result(self):
         return await self._run(*self._sync._req("P"))
 
+    async def ring_result(self):
+        return await self._run(*self._sync._req("S"))
+
     async def acquire(self, key, lease_ms=30000, wait_ms=5000):
         res = await self.acquire_result(key, lease_ms, wait_ms)
         if res.outcome != ACQUIRED:
@@ -85,6 +88,12 @@ class Client:
         if res.outcome != ANSWERED:
             self._sync._raise(res, "ping")
         return res.rtt
+
+    async def ring(self):
+        res = await self.ring_result()
+        if res.outcome != ANSWERED:
+            self._sync._raise(res, "ring")
+        return _client.Ring(res)
 
     @contextlib.asynccontextmanager
     async def lock(self, key, lease_ms=30000, wait_ms=5000):

@@ -49,6 +49,26 @@ class Query:
                 f"token={self.token}, waiters={self.waiters})")
 
 
+class Ring:
+    """The ring of the group a client talks to (SPEC 15, docs/protocol.md
+    section 10): version (0: no ring yet) and body, its ranges
+    "<first>-<last>=<group>@<addr>[,<addr>...]" joined by ";" in increasing
+    order ("-": no ranges). An answer the server sent in several lines
+    arrives here joined."""
+    __slots__ = ("version", "body")
+
+    def __init__(self, r):
+        self.version, self.body = r.ring_version, r.body
+
+    @property
+    def ranges(self):
+        """The body's ranges as a list of strings ([] for "-")."""
+        return [] if self.body == "-" else self.body.split(";")
+
+    def __repr__(self):
+        return f"Ring(version={self.version}, body={self.body!r})"
+
+
 def _addr_list(addrs):
     if isinstance(addrs, str):
         addrs = addrs.split(",")
@@ -183,7 +203,7 @@ class Client:
 
     @staticmethod
     def _check(type_, key, lease_ms=0, wait_ms=0, token=1):
-        if type_ != "P":
+        if type_ not in ("P", "S"):
             if not isinstance(key, str) or not key.isascii() or not P.key_ok(key.encode()):
                 return "key"
         if type_ == "A":
@@ -216,12 +236,19 @@ class Client:
     def ping_result(self):
         return self._run(*self._req("P"))
 
+    def ring_result(self):
+        """Like ring(), but returns the Result whatever the outcome: ANSWERED
+        with ring_version and body, or UNAVAILABLE, CANCELLED."""
+        return self._run(*self._req("S"))
+
     # ---- requests: the usual API ----
 
     def acquire(self, key, lease_ms=30000, wait_ms=5000):
         """Acquires key: a Grant, or raises Busy, Timeout, Unavailable (nothing
         was sent: definitely not acquired), Indeterminate (sent, no confirmed
-        answer: do not enter), Invalid or Cancelled."""
+        answer: do not enter), Invalid, Cancelled or WrongGroup (the group does
+        not serve the key's slot: definitely not acquired; .slot and
+        .ring_version say why)."""
         res = self.acquire_result(key, lease_ms, wait_ms)
         if res.outcome != ACQUIRED:
             self._raise(res, "acquire")
@@ -230,7 +257,9 @@ class Client:
     def release(self, grant_or_key, token=None):
         """Releases a Grant (or key, token) through the release queue: the
         Result (RELEASED), or raises NotHeld, Unconfirmed (no answer within
-        the absolute 5 s deadline), QueueFull or Invalid."""
+        the absolute 5 s deadline), QueueFull, Invalid or WrongGroup (the
+        group does not serve the key's slot: nothing was released; the
+        release leaves the queue and is not sent again)."""
         if isinstance(grant_or_key, Grant):
             key, token = grant_or_key.key, grant_or_key.token
         else:
@@ -242,7 +271,8 @@ class Client:
 
     def query(self, key):
         """The committed holder of key (a linearizable read): a Query, or
-        raises Unavailable (no answer within request_timeout_ms) or Invalid."""
+        raises Unavailable (no answer within request_timeout_ms), Invalid or
+        WrongGroup (the group does not serve the key's slot)."""
         res = self.query_result(key)
         if res.outcome != ANSWERED:
             self._raise(res, "query")
@@ -254,6 +284,17 @@ class Client:
         if res.outcome != ANSWERED:
             self._raise(res, "ping")
         return res.rtt
+
+    def ring(self):
+        """The ring the group's leader has applied ("S"): a Ring (version 0
+        and body "-" when the group has none), or raises Unavailable (no
+        answer within request_timeout_ms) or Cancelled. Not a linearizable
+        read: a ring is only ever replaced by a newer one, and a WrongGroup
+        carries the version its group judged by."""
+        res = self.ring_result()
+        if res.outcome != ANSWERED:
+            self._raise(res, "ring")
+        return Ring(res)
 
     @contextlib.contextmanager
     def lock(self, key, lease_ms=30000, wait_ms=5000):

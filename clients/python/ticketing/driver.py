@@ -9,7 +9,8 @@
 Makes one Client and keeps it for the whole session. Reads one JSON command
 per line on stdin and writes one JSON reply per line on stdout, in order,
 flushed after each. Outcome names are those of the C library without the
-TK_CLIENT_ prefix. A malformed command gets outcome DRIVER_ERROR.
+TK_CLIENT_ prefix; a WRONG_GROUP reply also carries slot and ring_version.
+A malformed command gets outcome DRIVER_ERROR.
 """
 import argparse
 import json
@@ -18,7 +19,7 @@ import time
 
 from ._proto import slot
 from .client import Client
-from .errors import OUTCOMES
+from .errors import OUTCOMES, WRONG_GROUP
 
 KNOBS = ("response_grace_ms", "connect_timeout_ms", "send_budget_min_ms", "request_timeout_ms",
          "backoff_min_ms", "backoff_max_ms", "release_queue_max")
@@ -39,26 +40,38 @@ def _str(cmd, name):
     return v
 
 
+def _wrong(r, reply):
+    """A W answer's slot and ring version join the reply (WRONG_GROUP only)."""
+    if r.outcome == WRONG_GROUP:
+        reply["slot"], reply["ring_version"] = r.slot, r.ring_version
+    return reply
+
+
 def handle(client, cmd):
     """One command -> its reply (without elapsed_ms)."""
     op = cmd.get("op")
     if op == "acquire":
         key, lease, wait = _str(cmd, "key"), _int(cmd, "lease_ms"), _int(cmd, "wait_ms")
         r = client.acquire_result(key, lease, wait)
-        return {"outcome": r.outcome, "token": r.token if r.outcome == "ACQUIRED" else 0,
-                "reason": r.reason}
+        return _wrong(r, {"outcome": r.outcome, "token": r.token if r.outcome == "ACQUIRED" else 0,
+                          "reason": r.reason})
     if op == "release":
         key, token = _str(cmd, "key"), _int(cmd, "token")
         r = client.release_result(key, token)
-        return {"outcome": r.outcome, "resent": bool(r.resent), "reason": r.reason}
+        return _wrong(r, {"outcome": r.outcome, "resent": bool(r.resent), "reason": r.reason})
     if op == "query":
         r = client.query_result(_str(cmd, "key"))
-        return {"outcome": r.outcome, "held": bool(r.held), "owner": r.owner,
-                "token": r.token if r.outcome == "ANSWERED" else 0, "waiters": r.waiters,
-                "reason": r.reason}
+        return _wrong(r, {"outcome": r.outcome, "held": bool(r.held), "owner": r.owner,
+                          "token": r.token if r.outcome == "ANSWERED" else 0,
+                          "waiters": r.waiters, "reason": r.reason})
     if op == "ping":
         r = client.ping_result()
         return {"outcome": r.outcome, "reason": r.reason}
+    if op == "ring":
+        r = client.ring_result()
+        ok = r.outcome == "ANSWERED"
+        return {"outcome": r.outcome, "version": r.ring_version if ok else 0,
+                "body": r.body if ok else "", "reason": r.reason}
     if op == "sleep":
         ms = _int(cmd, "ms")
         if ms < 0:

@@ -18,21 +18,26 @@ NOT_HELD = "NOT_HELD"
 UNCONFIRMED = "UNCONFIRMED"
 QUEUE_FULL = "QUEUE_FULL"
 ANSWERED = "ANSWERED"
+WRONG_GROUP = "WRONG_GROUP"
 
 OUTCOMES = (ACQUIRED, TIMEOUT, BUSY, INVALID, UNAVAILABLE, INDETERMINATE, CANCELLED,
-            RELEASED, NOT_HELD, UNCONFIRMED, QUEUE_FULL, ANSWERED)
+            RELEASED, NOT_HELD, UNCONFIRMED, QUEUE_FULL, ANSWERED, WRONG_GROUP)
 
 
 class Result:
     """What one request came to (the fields of struct tk_client_result).
 
     Times are time.monotonic() seconds; sent is None if no byte was written.
+    WRONG_GROUP (the server answered W) carries slot, the key's slot, and
+    ring_version, the version of the ring the group judged by (0: none). A
+    ring answer (ANSWERED to ring_result()) carries ring_version and body.
     """
     __slots__ = ("outcome", "key", "token", "lease_deadline", "sent", "reason", "held",
-                 "owner", "waiters", "resent", "rtt")
+                 "owner", "waiters", "resent", "rtt", "slot", "ring_version", "body")
 
     def __init__(self, outcome, key="", token=0, lease_deadline=None, sent=None, reason="",
-                 held=False, owner=None, waiters=0, resent=False, rtt=None):
+                 held=False, owner=None, waiters=0, resent=False, rtt=None, slot=0,
+                 ring_version=0, body=""):
         self.outcome = outcome
         self.key = key
         self.token = token
@@ -44,6 +49,9 @@ class Result:
         self.waiters = waiters
         self.resent = resent
         self.rtt = rtt
+        self.slot = slot
+        self.ring_version = ring_version
+        self.body = body
 
     def __repr__(self):
         return f"Result({self.outcome}, key={self.key!r}, token={self.token}, reason={self.reason!r})"
@@ -124,8 +132,25 @@ class QueueFull(Error):
     outcome = QUEUE_FULL
 
 
+class WrongGroup(Error):
+    """W: the group this client talks to does not serve the key's slot (SPEC
+    15). Definite: nothing was done (a release: nothing was released, and it
+    is not retried). .slot is the key's slot, .ring_version the version of
+    the ring the group judged by (0: it has none); the owner of the slot is
+    in a newer ring (ring()). The key may be sent to the owning group."""
+    outcome = WRONG_GROUP
+
+    @property
+    def slot(self):
+        return self.result.slot if self.result else 0
+
+    @property
+    def ring_version(self):
+        return self.result.ring_version if self.result else 0
+
+
 BY_OUTCOME = {c.outcome: c for c in (Busy, Timeout, Invalid, Unavailable, Indeterminate,
-                                      Cancelled, NotHeld, Unconfirmed, QueueFull)}
+                                      Cancelled, NotHeld, Unconfirmed, QueueFull, WrongGroup)}
 
 
 def raise_for(res, what):
@@ -134,4 +159,6 @@ def raise_for(res, what):
     msg = f"{what} {res.key!r}: {res.outcome}" if res.key else f"{what}: {res.outcome}"
     if res.reason:
         msg += f" ({res.reason})"
+    if res.outcome == WRONG_GROUP:
+        msg += f" (slot {res.slot}, ring version {res.ring_version})"
     raise cls(msg, res)

@@ -1,7 +1,8 @@
 // Command ticketing-driver is the conformance driver of the Go client: it
 // makes one Client from its flags, then reads one JSON command per line on
 // stdin and writes one JSON reply per line on stdout (docs/client.md,
-// "Go"). The protocol is the same for every official client.
+// "Go"). The protocol is the same for every official client; a
+// WRONG_GROUP reply also carries slot and ring_version.
 package main
 
 import (
@@ -114,8 +115,8 @@ func handle(c *ticketing.Client, line string) (map[string]interface{}, bool) {
 			return bad(err.Error()), false
 		}
 		g, err := c.Acquire(ctx, key, time.Duration(lease)*time.Millisecond, time.Duration(wait)*time.Millisecond)
-		return map[string]interface{}{"outcome": ticketing.OutcomeName("acquire", err), "token": g.Token,
-			"reason": reasonOf(err)}, false
+		return wrong(err, map[string]interface{}{"outcome": ticketing.OutcomeName("acquire", err),
+			"token": g.Token, "reason": reasonOf(err)}), false
 	case "release":
 		key, err := needKey()
 		tok, err2 := num(cmd.Token, "token")
@@ -123,8 +124,8 @@ func handle(c *ticketing.Client, line string) (map[string]interface{}, bool) {
 			return bad(err.Error()), false
 		}
 		resent, err := c.ReleaseToken(ctx, key, tok)
-		return map[string]interface{}{"outcome": ticketing.OutcomeName("release", err), "resent": resent,
-			"reason": reasonOf(err)}, false
+		return wrong(err, map[string]interface{}{"outcome": ticketing.OutcomeName("release", err),
+			"resent": resent, "reason": reasonOf(err)}), false
 	case "query":
 		key, err := needKey()
 		if err != nil {
@@ -135,11 +136,16 @@ func handle(c *ticketing.Client, line string) (map[string]interface{}, bool) {
 		if q.Held {
 			owner = q.Owner
 		}
-		return map[string]interface{}{"outcome": ticketing.OutcomeName("query", err), "held": q.Held,
-			"owner": owner, "token": q.Token, "waiters": q.Waiters, "reason": reasonOf(err)}, false
+		return wrong(err, map[string]interface{}{"outcome": ticketing.OutcomeName("query", err),
+			"held": q.Held, "owner": owner, "token": q.Token, "waiters": q.Waiters,
+			"reason": reasonOf(err)}), false
 	case "ping":
 		_, err := c.Ping(ctx)
 		return map[string]interface{}{"outcome": ticketing.OutcomeName("ping", err), "reason": reasonOf(err)}, false
+	case "ring":
+		r, err := c.Ring(ctx)
+		return map[string]interface{}{"outcome": ticketing.OutcomeName("ring", err), "version": r.Version,
+			"body": r.Body, "reason": reasonOf(err)}, false
 	case "sleep":
 		n, err := num(cmd.Ms, "ms")
 		if err != nil {
@@ -171,6 +177,15 @@ func reasonOf(err error) string {
 		return e.Reason
 	}
 	return ""
+}
+
+// wrong adds a W answer's slot and ring version to a WRONG_GROUP reply.
+func wrong(err error, reply map[string]interface{}) map[string]interface{} {
+	var e *ticketing.Error
+	if errors.As(err, &e) && errors.Is(err, ticketing.ErrWrongGroup) {
+		reply["slot"], reply["ring_version"] = e.Slot, e.RingVersion
+	}
+	return reply
 }
 
 func first(errs ...error) error {
