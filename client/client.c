@@ -89,6 +89,7 @@ const char *tk_client_outcome_str(enum tk_client_outcome o)
         [TK_CLIENT_UNCONFIRMED] = "unconfirmed",
         [TK_CLIENT_QUEUE_FULL] = "queue_full",
         [TK_CLIENT_ANSWERED] = "answered",
+        [TK_CLIENT_WRONG_GROUP] = "wrong_group",
     };
     if ((unsigned)o >= TK_ARRAY_LEN(names) || names[o] == NULL)
         return "unknown";
@@ -311,6 +312,8 @@ struct submit_args {
     uint32_t lease_ms;
     uint32_t wait_ms;
     uint64_t token;
+    char *ring_buf; /* S */
+    size_t ring_cap;
     void (*done)(void *arg, const struct tk_client_result *result);
     void *arg;
 };
@@ -321,7 +324,7 @@ static int submit_check(const struct submit_args *a, size_t *key_len, char *reas
 {
     const char *bad = NULL;
     *key_len = 0;
-    if (a->type != 'P') {
+    if (a->type != 'P' && a->type != 'S') {
         *key_len = a->key ? strnlen(a->key, TK_KEY_LEN_MAX + 1) : 0;
         if (a->key == NULL || !tk_proto_key_ok(a->key, *key_len))
             bad = "key";
@@ -333,6 +336,8 @@ static int submit_check(const struct submit_args *a, size_t *key_len, char *reas
         bad = "wait";
     if (bad == NULL && a->type == 'R' && a->token == 0)
         bad = "token";
+    if (bad == NULL && a->type == 'S' && a->ring_buf == NULL && a->ring_cap > 0)
+        bad = "buffer";
     if (bad != NULL && reason != NULL)
         snprintf(reason, 16, "%s", bad);
     return bad ? TK_CLIENT_EINVAL : TK_CLIENT_ENONE;
@@ -366,6 +371,8 @@ static int submit(struct tk_client *c, const struct submit_args *a, uint64_t *ha
         r->lease_ms = a->lease_ms;
         r->wait_ms = a->wait_ms;
         r->token = a->token;
+        r->ring_buf = a->ring_buf;
+        r->ring_cap = a->ring_cap;
         r->submit_us = now;
         r->done = a->done;
         r->arg = a->arg;
@@ -420,6 +427,20 @@ int tk_client_ping_async(struct tk_client *c,
                          void *arg)
 {
     struct submit_args a = {.type = 'P', .done = done, .arg = arg};
+    return submit(c, &a, NULL, NULL);
+}
+
+int tk_client_ring_async(struct tk_client *c,
+                         char *buf,
+                         size_t cap,
+                         void (*done)(void *arg, const struct tk_client_result *result),
+                         void *arg)
+{
+    struct submit_args a = {
+        .type = 'S', .ring_buf = buf, .ring_cap = cap, .done = done, .arg = arg};
+    /* "" until an answer fills it: the I/O thread writes it only later. */
+    if (buf != NULL && cap > 0)
+        buf[0] = '\0';
     return submit(c, &a, NULL, NULL);
 }
 
@@ -546,6 +567,17 @@ enum tk_client_outcome tk_client_query(struct tk_client *c,
 enum tk_client_outcome tk_client_ping(struct tk_client *c, struct tk_client_result *out)
 {
     struct submit_args a = {.type = 'P'};
+    return blocking(c, &a, out);
+}
+
+enum tk_client_outcome tk_client_ring(struct tk_client *c,
+                                      char *buf,
+                                      size_t cap,
+                                      struct tk_client_result *out)
+{
+    struct submit_args a = {.type = 'S', .ring_buf = buf, .ring_cap = cap};
+    if (buf != NULL && cap > 0)
+        buf[0] = '\0'; /* also what a refusal without a round trip leaves */
     return blocking(c, &a, out);
 }
 

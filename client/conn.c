@@ -466,7 +466,16 @@ void cl_conn_queue(struct cl_conn *k, struct cl_req *r, uint64_t now_us)
         case 'Q':
             n = tk_proto_fmt_qreq(p, cap, id, r->key, r->key_len);
             break;
+        case 'S':
+            /* Every attempt reads its answer from part 1 again: what an
+             * attempt on a dead connection gave is overwritten. */
+            r->ring_part = 0;
+            r->ring_parts = 0;
+            r->ring_len = 0;
+            n = tk_proto_fmt_ring_req(p, cap, id);
+            break;
         default:
+            TK_ASSERT(r->type == 'P');
             n = tk_proto_fmt_ping(p, cap, id);
             break;
     }

@@ -2,8 +2,10 @@
  * TLS when it is on) into rbuf, cut into lines, and each line to what the
  * connection's state expects of it: the handshake (core/handshake.c), the
  * answer to the probe, or the answer to a request on the wire, matched by
- * its id (SPEC 4). An M, an "E -" or a malformed line ends the connection
- * (conn.c tears it down and hands its requests back to loop.c).
+ * its id (SPEC 4); the lines of a ring's answer (SPEC 15) are put
+ * together here. An M, an "E -" or a malformed line ends the connection
+ * (conn.c tears it down and hands its requests back to loop.c), and so
+ * does a ring's part out of order.
  *
  * The first bytes under TLS are looked at before core/tls.c sees them, so
  * that a plaintext server, or one that refuses our hello with an alert, is
@@ -84,6 +86,62 @@ static void conn_on_probe(struct cl_conn *k, const struct tk_response *rsp, uint
     cl_conn_fail(k, "unexpected answer to the probe", now_us);
 }
 
+/* n bytes more of a ring's body: into the caller's buffer as far as it
+ * has room (one byte is kept for the NUL), counted in full. */
+static void ring_put(struct cl_req *r, const char *p, size_t n)
+{
+    if (r->ring_buf != NULL && r->ring_len < r->ring_cap) {
+        size_t room = r->ring_cap - 1 - r->ring_len;
+        memcpy(r->ring_buf + r->ring_len, p, TK_MIN(n, room));
+    }
+    r->ring_len += n;
+}
+
+/* One line of an S answer (docs/protocol.md, "S (the ring)"). Its parts
+ * come in order, 1/n to n/n, all with one version and one n; in an answer
+ * of several lines each part holds ranges (never "-"), so n is at most the
+ * number of ranges (core/proto.c refuses more); and the body they make is
+ * at most TK_CLIENT_RING_TEXT_MAX bytes. Each part joins the body with a ';'
+ * before it. A decided request (a zombie) has no buffer any more: its
+ * lines are only checked. Returns 1 for the last part, 0 when more are to
+ * come, -1 with why for anything else: a protocol error, as for any
+ * malformed line. */
+static int conn_ring_part(struct cl_req *r, const struct tk_response *rsp, const char **why)
+{
+    TK_ASSERT(r->type == 'S');
+    _Static_assert(TK_PROTO_RING_PARTS_MAX <= TK_SLOTS_RANGES_MAX, "a part holds a range");
+    TK_ASSERT(rsp->part >= 1); /* core/proto.c checks these three */
+    TK_ASSERT(rsp->part <= rsp->parts);
+    TK_ASSERT(rsp->parts <= TK_PROTO_RING_PARTS_MAX);
+    if (rsp->part != r->ring_part + 1) {
+        *why = "protocol: a part of the ring out of order";
+        return -1;
+    }
+    if (rsp->part == 1) {
+        r->ring_parts = rsp->parts;
+        r->ring_version = rsp->version;
+    } else if (rsp->parts != r->ring_parts || rsp->version != r->ring_version) {
+        *why = "protocol: the parts of a ring disagree on its version or their count";
+        return -1;
+    }
+    size_t sep = rsp->part > 1 ? 1 : 0;
+    if (rsp->parts > 1 && rsp->text_len == 1 && rsp->text[0] == '-') {
+        *why = "protocol: a ring's part without ranges";
+        return -1;
+    }
+    /* Each term is bounded (the length so far by this very check, a line
+     * by TK_LINE_MAX): no overflow. */
+    if (r->ring_len + sep + rsp->text_len > TK_CLIENT_RING_TEXT_MAX) {
+        *why = "protocol: a ring longer than any ring can be";
+        return -1;
+    }
+    ring_put(r, ";", sep);
+    ring_put(r, rsp->text, rsp->text_len);
+    r->ring_part++;
+    TK_ASSERT(r->ring_part <= r->ring_parts);
+    return r->ring_part == r->ring_parts;
+}
+
 static void conn_on_answer(struct cl_conn *k, const struct tk_response *rsp, uint64_t now_us)
 {
     struct tk_client *c = k->client;
@@ -95,9 +153,22 @@ static void conn_on_answer(struct cl_conn *k, const struct tk_response *rsp, uin
                (unsigned long long)rsp->id);
         return;
     }
-    if (r->wire != CL_WIRE_SENT || !cl_response_fits(r, rsp->type)) {
+    /* Once a ring's first part came, only its next part may follow. */
+    bool ring_begun = r->type == 'S' && r->ring_part > 0;
+    if (r->wire != CL_WIRE_SENT || !cl_response_fits(r, rsp->type) ||
+        (ring_begun && rsp->type != 'S')) {
         cl_conn_fail(k, "protocol: answer does not fit its request", now_us);
         return;
+    }
+    if (rsp->type == 'S') {
+        const char *why = NULL;
+        int last = conn_ring_part(r, rsp, &why);
+        if (last < 0) {
+            cl_conn_fail(k, why, now_us);
+            return;
+        }
+        if (last == 0)
+            return; /* the request keeps its id until part n */
     }
     cl_conn_drop_slot(k, r);
     cl_on_response(c, r, rsp);

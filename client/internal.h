@@ -23,6 +23,7 @@
 #include "core/auth.h"
 #include "core/handshake.h"
 #include "core/proto.h"
+#include "core/slots.h"
 #include "core/tk.h"
 #include "core/tls.h"
 
@@ -45,6 +46,8 @@ _Static_assert(CL_ADDR_TEXT_MAX <= sizeof(((struct tk_client_stats *)0)->leader_
                "the leader hint fits in the stats");
 _Static_assert(TK_CLIENT_KEY_MAX == TK_KEY_LEN_MAX, "public and core limits agree");
 _Static_assert(TK_CLIENT_OWNER_MAX == TK_OWNER_LEN_MAX, "public and core limits agree");
+_Static_assert(TK_CLIENT_RING_TEXT_MAX == TK_SLOTS_RANGES_MAX * (TK_SLOTS_RANGE_TEXT_MAX + 1) - 1,
+               "the longest body: every range at its longest, joined by ';'");
 
 /* Where a request is on its way to the server. */
 enum cl_wire {
@@ -60,7 +63,7 @@ struct cl_req {
     struct cl_req *prev;
     uint32_t index;    /* in the pool */
     uint32_t gen;      /* bumped at every free: stale handles don't match */
-    char type;         /* 'A' 'R' 'Q' 'P' */
+    char type;         /* 'A' 'R' 'Q' 'P' 'S' */
     uint8_t wire;      /* enum cl_wire */
     bool pending;      /* on a pending list */
     bool decided;      /* outcome delivered; on the wire it is a zombie */
@@ -81,6 +84,16 @@ struct cl_req {
     struct cl_conn *conn; /* while wire != NONE */
     uint64_t wire_id;
     uint64_t stream_pos; /* offset of the line's first byte in the conn's output */
+    /* S: the caller's buffer (NULL once decided: the caller may have
+     * freed it) and what the answer's lines gave so far on this attempt;
+     * ring_len counts the whole body, also past ring_cap. conn_read.c
+     * checks the parts' order. */
+    char *ring_buf;
+    size_t ring_cap;
+    size_t ring_len;
+    uint64_t ring_version; /* of part 1 */
+    uint32_t ring_part;    /* parts received */
+    uint32_t ring_parts;   /* n, as part 1 said */
     void (*done)(void *arg, const struct tk_client_result *result);
     void *arg;
 };

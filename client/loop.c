@@ -14,7 +14,7 @@
  *     INDETERMINATE (a G that comes after first write + lease_ms is
  *     INDETERMINATE too, reason "lease", and compensated);
  *   release (explicit or compensation): enqueue + 5 s, then UNCONFIRMED;
- *   query, ping: submit + request_timeout_ms, then UNAVAILABLE;
+ *   query, ping, ring: submit + request_timeout_ms, then UNAVAILABLE;
  *   decided but still holding an id on a connection (a "zombie"): a linger
  *     time, after which its id is forgotten. A grant for a zombie acquire is
  *     released at once (known-token compensation).
@@ -158,6 +158,15 @@ void cl_decide(struct tk_client *c, struct cl_req *r, struct tk_client_result *r
     r->decided = true;
     res->key = r->key;
     res->sent_us = r->sent_us;
+    if (r->type == 'S') {
+        /* A ring that did not come leaves "" rather than the parts of an
+         * attempt; after the callback the buffer is the caller's again,
+         * and late lines for this id (a zombie's) are only checked. */
+        if (res->outcome != TK_CLIENT_ANSWERED && r->ring_cap > 0)
+            r->ring_buf[0] = '\0';
+        r->ring_buf = NULL;
+        r->ring_cap = 0;
+    }
     if (res->outcome == TK_CLIENT_INDETERMINATE)
         atomic_fetch_add_explicit(&c->st_indeterminate, 1, memory_order_relaxed);
     if (r->compensation) {
@@ -266,15 +275,19 @@ void cl_on_sent(struct tk_client *c, struct cl_req *r, uint64_t now_us)
         cl_heap_set(c, r, now_us + ((uint64_t)r->wait_sent_ms + c->cfg.response_grace_ms) * 1000u);
 }
 
+/* Which answers a request takes (SPEC 3, 15): W for any request about a
+ * key, E for any request at all. */
 static bool response_fits(char req, char rsp)
 {
     switch (req) {
         case 'A':
-            return rsp == 'G' || rsp == 'T' || rsp == 'B' || rsp == 'E';
+            return rsp == 'G' || rsp == 'T' || rsp == 'B' || rsp == 'W' || rsp == 'E';
         case 'R':
-            return rsp == 'R' || rsp == 'N' || rsp == 'E';
+            return rsp == 'R' || rsp == 'N' || rsp == 'W' || rsp == 'E';
         case 'Q':
-            return rsp == 'Q' || rsp == 'E';
+            return rsp == 'Q' || rsp == 'W' || rsp == 'E';
+        case 'S':
+            return rsp == 'S' || rsp == 'E';
         default:
             return rsp == 'P' || rsp == 'E';
     }
@@ -325,6 +338,24 @@ static void response_result(const struct cl_req *r,
             res->outcome = TK_CLIENT_ANSWERED;
             res->rtt_us = now_us > r->sent_us ? now_us - r->sent_us : 0;
             break;
+        case 'W':
+            /* Definite: the group did nothing (SPEC 15). A release so
+             * answered is decided here like an N, so the release queue
+             * does not send it again. */
+            res->outcome = TK_CLIENT_WRONG_GROUP;
+            res->slot = rsp->slot;
+            res->ring_version = rsp->version;
+            break;
+        case 'S':
+            /* Its last part: the body is in the caller's buffer
+             * (conn_read.c put every part there). */
+            TK_ASSERT(r->ring_part == r->ring_parts);
+            res->outcome = TK_CLIENT_ANSWERED;
+            res->ring_version = r->ring_version;
+            res->ring_len = r->ring_len;
+            if (r->ring_cap > 0)
+                r->ring_buf[TK_MIN(r->ring_len, r->ring_cap - 1)] = '\0';
+            break;
         default: /* 'E' with an id */
             res->outcome = TK_CLIENT_INVALID;
             snprintf(res->reason, sizeof res->reason, "%.*s",
@@ -370,6 +401,9 @@ void cl_on_response(struct tk_client *c, struct cl_req *r, const struct tk_respo
     }
     struct tk_client_result res = {0};
     uint64_t now_us = cl_now_us();
+    if (rsp->type == 'W' && rsp->slot != tk_slot(r->key, r->key_len))
+        cl_log(c, 1, "%s: the server says slot %u, we compute %u (SPEC 15)", r->key,
+               (unsigned)rsp->slot, (unsigned)tk_slot(r->key, r->key_len));
     response_result(r, rsp, &res, now_us);
     if (res.outcome == TK_CLIENT_ACQUIRED && now_us >= res.lease_deadline_us)
         grant_too_late(c, r, &res);

@@ -5,7 +5,8 @@
  * and says in its exit code whether the cluster is whole; members reads
  * the leader's /members (found through any member's), and remove-member asks the
  * leader, over its peer port and with the peer secret, to drop a member
- * that is gone for good.
+ * that is gone for good. `ring show` prints a group's ring (SPEC 15) as a
+ * ring file; `ring apply` (ticketctl_peer.c) gives a group its ring.
  *
  * Output is for people by default and JSON with --json (ticketctl_out.c
  * writes all of it). Exit codes are fixed (usage() prints them) so scripts
@@ -25,6 +26,7 @@
 
 #include "client/ticketctl.h"
 #include "client/ticketing.h"
+#include "core/slots.h"
 #include "tk_version.h"
 
 extern char **environ;
@@ -53,12 +55,22 @@ static void usage(FILE *f)
         "        cluster's PEER secret (env TICKETING_PEER_SECRET_FILE), not the client's,\n"
         "        and asks the peer ports: --peers as the cluster's --peers lists them\n"
         "        (env TICKETING_PEERS), else each --addr host at its client port + 1\n"
-        "\n"
+        "  ring show                               the ring (SPEC 15) of the group at --addr,\n"
+        "        as a ring file that ring apply takes back; --json: as JSON\n"
+        "  ring apply FILE --group NAME --peer-secret-file PATH [--peers host:port,...]\n"
+        "        give the ring in FILE to the group NAME, over its leader's peer port and\n"
+        "        with the PEER secret (as remove-member); the leader refuses a ring that\n"
+        "        does not name the group or changes the slots it owns\n"
+        "\n",
+        f);
+    /* Two strings: ISO C promises only 4095 bytes to one literal. */
+    fputs(
         "flags:\n"
         "  --addr host:port[,host:port...]   cluster addresses (env TICKETING_ADDR)\n"
         "  --secret-file PATH                client secret (env TICKETING_SECRET_FILE)\n"
-        "  --peer-secret-file PATH           peer secret, for remove-member\n"
+        "  --peer-secret-file PATH           peer secret, for remove-member and ring apply\n"
         "                                    (env TICKETING_PEER_SECRET_FILE)\n"
+        "  --group NAME                      ring apply: the group the ring is given to\n"
         "  --owner NAME                      owner (env TICKETING_OWNER; default unique)\n"
         "  --tls-ca FILE                     TLS: the CA that signed the servers' certificates;\n"
         "                                    turns TLS on (env TICKETING_TLS_CA)\n"
@@ -68,15 +80,16 @@ static void usage(FILE *f)
         "  --tls-server-name NAME            TLS: the name the servers' certificates must hold\n"
         "                                    (default: each --addr host; env\n"
         "                                    TICKETING_TLS_SERVER_NAME). TLS is for the client\n"
-        "                                    port (run, acquire, release, query, ping) and,\n"
-        "                                    for remove-member, the peer port\n"
+        "                                    port (run, acquire, release, query, ping, ring\n"
+        "                                    show) and, for remove-member and ring apply, the\n"
+        "                                    peer port\n"
         "  --lease D  --wait D               durations: 500ms, 30s, 2m (0 needs no unit)\n"
         "  --admin-port N                    the admin port of every --addr node, for status,\n"
         "                                    members, remove-member (default: each client\n"
         "                                    port + 2; env TICKETING_ADMIN_PORT)\n"
-        "  --timeout D                       budget of query, ping and each admin port read\n"
-        "                                    of status/members, and the whole of\n"
-        "                                    remove-member (default 5s)\n"
+        "  --timeout D                       budget of query, ping, ring show and each admin\n"
+        "                                    port read of status/members, and the whole of\n"
+        "                                    remove-member and ring apply (default 5s)\n"
         "  --grace D                         wait for an answer past --wait (default 2s)\n"
         "  --json                            machine-readable output (valid JSON, ASCII only)\n"
         "  -v, --verbose                     log connection events to stderr\n"
@@ -84,13 +97,15 @@ static void usage(FILE *f)
         "\n"
         "exit codes: 0 ok (run: the command's own code), 64 usage (also an unusable\n"
         "  secret or TLS file), 80 busy, 81 timeout, 82 indeterminate (do not assume the\n"
-        "  lock is held or free; remove-member: sent, unanswered), 83 unavailable\n"
-        "  (status: no member answered, or none is the leader; members, remove-member:\n"
-        "  no leader known or it did not answer), 84 invalid (remove-member: refused,\n"
-        "  the member is alive or the last voter), 85 lease lost during run, 86\n"
+        "  lock is held or free; remove-member, ring apply: sent, unanswered), 83\n"
+        "  unavailable (status: no member answered, or none is the leader; members,\n"
+        "  remove-member, ring apply: no leader known or it did not answer), 84 invalid\n"
+        "  (also wrong group: the key's slot is served by another group; remove-member:\n"
+        "  refused, the member is alive or the last voter; ring apply: refused, or a\n"
+        "  bad FILE), 85 lease lost during run, 86\n"
         "  release: not held, 87 release: unconfirmed, 88 status: degraded (a leader,\n"
         "  but a member did not answer), 1 other failure (remove-member: the peer\n"
-        "  secret was rejected).\n",
+        "  secret was rejected; ring show: the answer does not read as a ring).\n",
         f);
 }
 
@@ -149,6 +164,8 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
         o->peer_secret_file = val;
     else if (!strcmp(name, "--peers"))
         o->peers = val;
+    else if (!strcmp(name, "--group"))
+        o->group = val;
     else if (!strcmp(name, "--owner"))
         o->owner = val;
     else if (!strcmp(name, "--tls-ca"))
@@ -187,12 +204,12 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
 
 static bool flag_takes_value(const char *name)
 {
-    static const char *const with[] = {"--addr",      "--secret-file", "--peer-secret-file",
-                                       "--peers",     "--owner",       "--token",
-                                       "--count",     "--lease",       "--wait",
-                                       "--timeout",   "--grace",       "--tls-ca",
-                                       "--tls-cert",  "--tls-key",     "--tls-server-name",
-                                       "--admin-port"};
+    static const char *const with[] = {"--addr",       "--secret-file", "--peer-secret-file",
+                                       "--peers",      "--owner",       "--token",
+                                       "--count",      "--lease",       "--wait",
+                                       "--timeout",    "--grace",       "--tls-ca",
+                                       "--tls-cert",   "--tls-key",     "--tls-server-name",
+                                       "--admin-port", "--group"};
     for (size_t i = 0; i < sizeof with / sizeof with[0]; i++)
         if (!strcmp(name, with[i]))
             return true;
@@ -248,6 +265,8 @@ static int parse_args(struct ctl_opts *o, int argc, char **argv)
             o->cmd = a;
         } else if (o->key == NULL) {
             o->key = a;
+        } else if (!strcmp(o->cmd, "ring") && o->file == NULL) {
+            o->file = a; /* ring apply FILE */
         } else {
             return ctl_die_usage("unexpected argument '%s'", a);
         }
@@ -352,6 +371,7 @@ static int outcome_exit(enum tk_client_outcome o)
         case TK_CLIENT_CANCELLED:
             return CTL_EXIT_INDETERMINATE;
         case TK_CLIENT_INVALID:
+        case TK_CLIENT_WRONG_GROUP: /* the request was fine, the group is not */
             return CTL_EXIT_INVALID;
         case TK_CLIENT_NOT_HELD:
             return CTL_EXIT_NOT_HELD;
@@ -381,6 +401,8 @@ static const char *outcome_text(enum tk_client_outcome o)
             return "not held: nothing is held under that key, owner and token";
         case TK_CLIENT_UNCONFIRMED:
             return "unconfirmed: no answer before the deadline; do not assume it was released";
+        case TK_CLIENT_WRONG_GROUP:
+            return "wrong group: the key's slot is served by another group; nothing changed";
         default:
             return tk_client_outcome_str(o);
     }
@@ -428,6 +450,7 @@ static int report_failure(const struct ctl_opts *o, const struct tk_client_resul
     }
     if (r->reason[0])
         snprintf(reason, sizeof reason, " (reason: %s)", r->reason);
+    bool wrong = r->outcome == TK_CLIENT_WRONG_GROUP;
     if (o->json) {
         json_t *j = json_object();
         json_object_set_new(j, "outcome", ctl_jstr(tk_client_outcome_str(r->outcome)));
@@ -435,7 +458,23 @@ static int report_failure(const struct ctl_opts *o, const struct tk_client_resul
         json_object_set_new(j, "reason", ctl_jstr(r->reason));
         if (cause[0])
             json_object_set_new(j, "error", ctl_jstr(cause));
+        if (wrong) {
+            json_object_set_new(j, "slot", ctl_ju64(r->slot));
+            json_object_set_new(j, "ring_version", ctl_ju64(r->ring_version));
+        }
         ctl_json_print(stdout, j, "\n");
+    } else if (wrong && r->ring_version == 0) {
+        fprintf(stderr,
+                "ticketctl: %s%swrong group: the group at --addr does not serve the key's slot "
+                "%u; it has no ring yet (ring version 0), so another group serves it or none "
+                "does; nothing changed\n",
+                key, sep, (unsigned)r->slot);
+    } else if (wrong) {
+        fprintf(stderr,
+                "ticketctl: %s%swrong group: the key's slot %u is served by another group "
+                "(ring version %llu at the group asked: ticketctl ring show says which); "
+                "nothing changed\n",
+                key, sep, (unsigned)r->slot, (unsigned long long)r->ring_version);
     } else if (cause[0]) {
         fprintf(stderr, "ticketctl: %s%sunavailable: %s%s; nothing was sent\n", key, sep,
                 strcmp(r->reason, "tls") == 0 ? "TLS refused: " : "", cause);
@@ -684,6 +723,92 @@ static int cmd_ping(const struct ctl_opts *o, struct tk_client *c)
     return code;
 }
 
+/* ---- ring show --------------------------------------------------------------------- */
+
+/* {"version":N,"ranges":[{"first":F,"last":L,"group":"G","addrs":["h:p",...]},...]} */
+static void ring_print_json(const struct tk_slot_ring *ring)
+{
+    json_t *ranges = json_array();
+    for (uint32_t i = 0; i < ring->nranges; i++) {
+        const struct tk_slot_range *rg = &ring->ranges[i];
+        const struct tk_slot_group *g = &ring->groups[rg->group];
+        json_t *addrs = json_array();
+        for (uint32_t a = 0; a < g->naddrs; a++)
+            json_array_append_new(addrs, ctl_jstr(g->addr[a]));
+        json_t *j = json_object();
+        json_object_set_new(j, "first", ctl_ju64(rg->first));
+        json_object_set_new(j, "last", ctl_ju64(rg->last));
+        json_object_set_new(j, "group", ctl_jstrn(g->name, g->name_len));
+        json_object_set_new(j, "addrs", addrs);
+        json_array_append_new(ranges, j);
+    }
+    json_t *j = json_object();
+    json_object_set_new(j, "version", ctl_ju64(ring->version));
+    json_object_set_new(j, "ranges", ranges);
+    ctl_json_print(stdout, j, "\n");
+}
+
+/* As a ring file (core/slots.h), which `ring apply` reads back: "version
+ * N", then one range a line in increasing order. Version 0 is "no ring",
+ * which no file can give: said in a comment. */
+static void ring_print_file(const struct tk_slot_ring *ring, const char *addr)
+{
+    char line[TK_SLOTS_RANGE_TEXT_MAX + 1];
+    printf("version %llu\n", (unsigned long long)ring->version);
+    if (ring->version == 0)
+        printf(
+            "# no ring: the group at %s has none yet (started without --group it serves "
+            "every slot, with --group none); give it one with ticketctl ring apply\n",
+            addr);
+    else if (ring->nranges == 0)
+        printf("# no ranges: no group serves any slot\n");
+    for (uint32_t i = 0; i < ring->nranges; i++) {
+        tk_slots_fmt_range(ring, i, line, sizeof line);
+        printf("%s\n", line);
+    }
+}
+
+int ctl_ring_show(const struct ctl_opts *o)
+{
+    struct ctl_opts q = *o;
+    q.key = NULL; /* "show" is no key: a failure is reported without one */
+    struct tk_client *c;
+    int rc = make_client(&q, &c);
+    if (rc != 0)
+        return rc;
+    /* About 720 KiB and 50 KiB at most: on the heap, once. */
+    size_t cap = TK_CLIENT_RING_TEXT_MAX + 1;
+    char *body = malloc(cap);
+    struct tk_slot_ring *ring = calloc(1, sizeof *ring);
+    struct tk_client_result r;
+    char why[256];
+    if (body == NULL || ring == NULL) {
+        fprintf(stderr, "ticketctl: out of memory\n");
+        rc = CTL_EXIT_FAIL;
+    } else if (tk_client_ring(c, body, cap, &r) != TK_CLIENT_ANSWERED) {
+        rc = report_failure(&q, &r);
+    } else if (r.ring_len >= cap) { /* the library bounds it: never */
+        fprintf(stderr, "ticketctl: the ring from %s is longer than any ring can be\n", o->addr);
+        rc = CTL_EXIT_FAIL;
+    } else {
+        ring->version = r.ring_version;
+        if (tk_slots_parse_body(body, r.ring_len, ring, why, sizeof why) != TK_OK) {
+            fprintf(stderr, "ticketctl: the ring from %s does not read as a ring: %s\n", o->addr,
+                    why);
+            rc = CTL_EXIT_FAIL;
+        } else if (o->json) {
+            ring_print_json(ring);
+        } else {
+            ring_print_file(ring, o->addr);
+        }
+    }
+    fflush(stdout);
+    free(ring);
+    free(body);
+    tk_client_destroy(c);
+    return rc;
+}
+
 /* ---- main ------------------------------------------------------------------------ */
 
 /* status and members read the admin port (/status, /members), not the client protocol. */
@@ -692,13 +817,41 @@ static bool admin_cmd(const char *cmd)
     return strcmp(cmd, "status") == 0 || strcmp(cmd, "members") == 0;
 }
 
+/* `ring show`, or `ring apply FILE --group NAME` (o->key is the subcommand). */
+static int check_ring(const struct ctl_opts *o)
+{
+    bool show = o->key != NULL && strcmp(o->key, "show") == 0;
+    bool apply = o->key != NULL && strcmp(o->key, "apply") == 0;
+    if (!show && !apply)
+        return ctl_die_usage("ring needs show or apply%s%s%s", o->key ? " (not '" : "",
+                             o->key ? o->key : "", o->key ? "')" : "");
+    if (show && o->file != NULL)
+        return ctl_die_usage("unexpected argument '%s'", o->file);
+    if (show && o->group != NULL)
+        return ctl_die_usage(
+            "%s", "ring show takes no --group: it shows the ring of the group at --addr");
+    if (apply && o->file == NULL)
+        return ctl_die_usage("%s", "ring apply needs a FILE: ring apply FILE --group NAME");
+    if (apply && (o->group == NULL || o->group[0] == '\0'))
+        return ctl_die_usage("%s", "ring apply needs --group NAME: the group the ring is for");
+    if (apply && !tk_slots_name_ok(o->group, strlen(o->group)))
+        return ctl_die_usage("bad --group '%s' (1-64 bytes 0x21-0x7E, no ';' or '@')", o->group);
+    return 0;
+}
+
 static int check_needs(const struct ctl_opts *o)
 {
-    bool needs_key = strcmp(o->cmd, "ping") != 0 && !admin_cmd(o->cmd);
+    bool ring = strcmp(o->cmd, "ring") == 0;
+    int rc;
+    if (ring && (rc = check_ring(o)) != 0)
+        return rc;
+    bool needs_key = strcmp(o->cmd, "ping") != 0 && !admin_cmd(o->cmd) && !ring;
     bool remove = strcmp(o->cmd, "remove-member") == 0;
+    /* The commands on a leader's peer port, with the peer secret. */
+    bool peer_cmd = remove || (ring && strcmp(o->key, "apply") == 0);
     if (needs_key && o->key == NULL)
         return ctl_die_usage("%s needs a %s", o->cmd, remove ? "NODEID" : "KEY");
-    if (!needs_key && o->key != NULL)
+    if (!needs_key && !ring && o->key != NULL)
         return ctl_die_usage("unexpected argument '%s'", o->key);
     if (!strcmp(o->cmd, "run") && (o->argv_cmd == NULL || o->argv_cmd[0] == NULL))
         return ctl_die_usage("%s needs a command: run KEY [flags] -- CMD [ARG...]", o->cmd);
@@ -706,27 +859,28 @@ static int check_needs(const struct ctl_opts *o)
         return ctl_die_usage("%s needs --token (and the owner that acquired it)", o->cmd);
     if (!strcmp(o->cmd, "release") && o->owner == NULL)
         return ctl_die_usage("%s needs --owner (or TICKETING_OWNER): the acquirer's owner", o->cmd);
-    bool peers = remove && o->peers != NULL && o->peers[0] != '\0';
+    bool peers = peer_cmd && o->peers != NULL && o->peers[0] != '\0';
     if (!peers && (o->addr == NULL || o->addr[0] == '\0'))
         return ctl_die_usage("%s", "no cluster address: --addr host:port or TICKETING_ADDR");
     /* The lists, checked before anything is asked, whatever the command:
      * the same forms and reasons as libticketing's addrs. */
     struct tk_addr addrs[CTL_ADDRS_MAX];
     size_t n;
-    int rc = peers ? ctl_parse_addrs("--peers", o->peers, addrs, &n)
-                   : ctl_parse_addrs("--addr", o->addr, addrs, &n);
+    rc = peers ? ctl_parse_addrs("--peers", o->peers, addrs, &n)
+               : ctl_parse_addrs("--addr", o->addr, addrs, &n);
     if (rc != 0)
         return rc;
-    /* remove-member checks its NODEID and peer secret itself. */
-    if (!admin_cmd(o->cmd) && !remove && (o->secret_file == NULL || o->secret_file[0] == '\0'))
+    /* remove-member and ring apply check their NODEID, FILE and peer
+     * secret themselves. */
+    if (!admin_cmd(o->cmd) && !peer_cmd && (o->secret_file == NULL || o->secret_file[0] == '\0'))
         return ctl_die_usage("%s", "no secret: --secret-file PATH or TICKETING_SECRET_FILE");
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    static const char *const cmds[] = {"run",  "acquire", "release", "query",
-                                       "ping", "status",  "members", "remove-member"};
+    static const char *const cmds[] = {"run",    "acquire", "release",       "query", "ping",
+                                       "status", "members", "remove-member", "ring"};
     struct ctl_opts o = {
         .lease_ms = 30000, .wait_ms = 5000, .timeout_ms = 5000, .grace_ms = 2000, .count = 1};
     int rc = parse_args(&o, argc, argv);
@@ -769,6 +923,8 @@ int main(int argc, char **argv)
         return ctl_status(&o); /* both: it tells them apart by o.cmd */
     if (!strcmp(o.cmd, "remove-member"))
         return ctl_remove_member(&o);
+    if (!strcmp(o.cmd, "ring"))
+        return !strcmp(o.key, "show") ? ctl_ring_show(&o) : ctl_ring_apply(&o);
 
     struct tk_client *c;
     if ((rc = make_client(&o, &c)) != 0)

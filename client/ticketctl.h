@@ -1,8 +1,8 @@
 /* ticketctl's internal declarations, shared by ticketctl.c (commands on
- * the library), ticketctl_status.c (status, and the admin port's reader),
- * ticketctl_members.c (members, and finding the leader),
- * ticketctl_remove.c (remove-member, over the leader's peer port) and
- * ticketctl_out.c (the --json output). */
+ * the library, ring show), ticketctl_status.c (status, and the admin
+ * port's reader), ticketctl_members.c (members, and finding the leader),
+ * ticketctl_peer.c (remove-member and ring apply, over the leader's peer
+ * port) and ticketctl_out.c (the --json output). */
 #ifndef TK_TICKETCTL_H
 #define TK_TICKETCTL_H
 
@@ -34,7 +34,7 @@ enum {
 
 struct ctl_opts {
     const char *cmd;
-    const char *key; /* remove-member: the NODEID */
+    const char *key; /* remove-member: the NODEID; ring: the subcommand, show or apply */
     const char *addr;
     const char *secret_file;
     const char *peer_secret_file; /* remove-member */

@@ -4,7 +4,7 @@
  * with status). Only the leader's match index (and lag, last contact)
  * mean anything, so a follower's answer is followed to its leader's
  * client address. (remove-member does not look here: plain HTTP can be
- * answered by anyone, and it sends a peer proof; see ticketctl_remove.c.)
+ * answered by anyone, and it sends a peer proof; see ticketctl_peer.c.)
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* libticketing: the official C client of Ticketing, a distributed FIFO lock
- * service (SPEC 2-5 and 11; docs/client.md is the user's guide).
+ * service (SPEC 2-5, 11 and 15; docs/client.md is the user's guide).
  *
  * Threads. A client object owns one background I/O thread (epoll) that keeps
  * the connections, sends and receives, and runs every timer; plus, only when
@@ -76,8 +76,8 @@ enum tk_client_outcome {
     TK_CLIENT_BUSY,          /* B: held and wait was 0, or a server bound; not acquired */
     TK_CLIENT_INVALID,       /* E <id> <reason>, or refused locally; nothing changed */
     TK_CLIENT_UNAVAILABLE,   /* not one byte of the request was ever written within its
-                                budget: definitely not acquired (for a query or a ping:
-                                no answer came within the budget) */
+                                budget: definitely not acquired (for a query, a ping or
+                                a ring: no answer came within the budget) */
     TK_CLIENT_INDETERMINATE, /* written, no confirmed answer: you may or may not hold
                                 the key; do NOT enter the critical section. Also
                                 (reason "lease") a G that came only after the lease
@@ -92,8 +92,14 @@ enum tk_client_outcome {
     TK_CLIENT_UNCONFIRMED, /* no R or N before the absolute 5 s deadline: never
                               assume success; the server-side lease is the safety net */
     TK_CLIENT_QUEUE_FULL,  /* the release queue is full; nothing was enqueued */
-    /* query, ping */
-    TK_CLIENT_ANSWERED, /* Q or P answered; the fields below hold the answer */
+    /* query, ping, ring */
+    TK_CLIENT_ANSWERED, /* Q, P or S answered; the fields below hold the answer */
+    /* acquire, release, query (SPEC 15) */
+    TK_CLIENT_WRONG_GROUP, /* W: the group at the address does not serve the key's slot
+                              (slot, ring_version below). Definite: nothing changed
+                              (not acquired, not released); the connection stays open.
+                              A release so answered is not retried */
+    /* New values go last: the numbers above are ABI. */
 };
 TK_CLIENT_API const char *tk_client_outcome_str(enum tk_client_outcome o);
 
@@ -133,8 +139,22 @@ struct tk_client_result {
     bool resent;
     /* ANSWERED ping: the round trip in microseconds. */
     uint64_t rtt_us;
-    /* The request's key, NUL-terminated ("" for a ping). */
+    /* The request's key, NUL-terminated ("" for a ping or a ring). */
     const char *key;
+    /* Fields added later go here, after the older ones. The blocking
+     * calls fill a struct the caller allocated, so a field added changes
+     * the library's soname (libticketing.so.2 added the three below). */
+    /* WRONG_GROUP: the key's slot as the server computed it (tk_client_slot()
+     * computes the same). */
+    uint32_t slot;
+    /* WRONG_GROUP: the version of the ring the group judged by (0: it has
+     * none yet), so a caller holding an older ring knows to fetch it again.
+     * ANSWERED ring: the ring's version (0: the group has no ring). */
+    uint64_t ring_version;
+    /* ANSWERED ring: the length of the ring's whole body. If it is cap or
+     * more, the buffer given holds only its first cap - 1 bytes: ask again
+     * with a larger one. */
+    size_t ring_len;
 };
 
 /* Configuration. Fill it with tk_client_config_init() first, then set what
@@ -167,7 +187,7 @@ struct tk_client_config {
      * then it is UNAVAILABLE. The floor lets wait_ms = 0 on a client that is
      * still connecting get its one try. Default 1000 ms. */
     uint32_t send_budget_min_ms;
-    /* Budget of a query or ping, from the call. Default 5000 ms. */
+    /* Budget of a query, ping or ring, from the call. Default 5000 ms. */
     uint32_t request_timeout_ms;
     /* Bound of the release queue (explicit releases and compensations in
      * progress). Default 1024. */
@@ -253,7 +273,8 @@ TK_CLIENT_API uint64_t tk_client_now_us(void);
  * (0-250000; 0 = one immediate try) for its turn. Blocks until the outcome
  * is known: at most about max(wait_ms, send_budget_min_ms) +
  * response_grace_ms. Returns the outcome and fills *out (may be NULL). Bad
- * arguments give INVALID with the reason, without a round trip. */
+ * arguments give INVALID with the reason, without a round trip. A group
+ * that does not serve the key's slot answers WRONG_GROUP at once. */
 TK_CLIENT_API enum tk_client_outcome tk_client_acquire(struct tk_client *c,
                                                        const char *key,
                                                        uint32_t lease_ms,
@@ -262,7 +283,9 @@ TK_CLIENT_API enum tk_client_outcome tk_client_acquire(struct tk_client *c,
 
 /* Releases (key, this client's owner, token) through the release queue.
  * RELEASED, NOT_HELD, UNCONFIRMED (at the 5 s deadline at the latest),
- * QUEUE_FULL (at once), or INVALID (bad key or token 0). */
+ * QUEUE_FULL (at once), INVALID (bad key or token 0), or WRONG_GROUP (the
+ * group does not serve the key's slot: nothing was released there, and
+ * the release is not sent again). */
 TK_CLIENT_API enum tk_client_outcome tk_client_release(struct tk_client *c,
                                                        const char *key,
                                                        uint64_t token,
@@ -270,8 +293,9 @@ TK_CLIENT_API enum tk_client_outcome tk_client_release(struct tk_client *c,
 
 /* The committed holder of key (linearizable read): ANSWERED with held,
  * owner, token and waiters; UNAVAILABLE if no answer came within
- * request_timeout_ms; INVALID for a bad key. A query is a read, so it is
- * resent on another connection if its connection dies. */
+ * request_timeout_ms; INVALID for a bad key; WRONG_GROUP if the group does
+ * not serve the key's slot. A query is a read, so it is resent on another
+ * connection if its connection dies. */
 TK_CLIENT_API enum tk_client_outcome tk_client_query(struct tk_client *c,
                                                      const char *key,
                                                      struct tk_client_result *out);
@@ -285,6 +309,27 @@ TK_CLIENT_API uint32_t tk_client_slot(const char *key, size_t len);
 
 /* One round trip: ANSWERED with rtt_us, or UNAVAILABLE. */
 TK_CLIENT_API enum tk_client_outcome tk_client_ping(struct tk_client *c,
+                                                    struct tk_client_result *out);
+
+/* The longest ring body (docs/protocol.md, "The ring"): 1,024 ranges of at
+ * most 721 bytes each, joined by ';'. A buffer of TK_CLIENT_RING_TEXT_MAX + 1
+ * bytes holds any ring. */
+#define TK_CLIENT_RING_TEXT_MAX 739327u
+
+/* The ring (SPEC 15) of the group at the configured addresses, as its
+ * leader answers S: ANSWERED with ring_version (0: no ring) and ring_len,
+ * and the body in buf, NUL-terminated and cut to cap - 1 bytes: the ranges
+ * "<first>-<last>=<group>@<addr>[,<addr>...]" joined by ';' in increasing
+ * order, or "-" for none (core/slots.h reads it; an answer of several
+ * lines comes here joined into one body). UNAVAILABLE if no answer came
+ * within request_timeout_ms; INVALID "command" from a server that predates
+ * rings. Like a query, it is resent on another connection if its
+ * connection dies. buf may be NULL if cap is 0 (only the version and the
+ * length are wanted; a NULL buf with cap > 0 is INVALID "buffer"). On any
+ * other outcome than ANSWERED buf holds "". */
+TK_CLIENT_API enum tk_client_outcome tk_client_ring(struct tk_client *c,
+                                                    char *buf,
+                                                    size_t cap,
                                                     struct tk_client_result *out);
 
 /* Waits up to timeout_ms until at least one connection is usable (its
@@ -322,6 +367,14 @@ TK_CLIENT_API int tk_client_query_async(struct tk_client *c,
                                                      const struct tk_client_result *result),
                                         void *arg);
 TK_CLIENT_API int tk_client_ping_async(struct tk_client *c,
+                                       void (*done)(void *arg,
+                                                    const struct tk_client_result *result),
+                                       void *arg);
+/* As tk_client_ring(); the body goes into buf, which must stay valid
+ * until done has been called (EINVAL: buf NULL with cap > 0). */
+TK_CLIENT_API int tk_client_ring_async(struct tk_client *c,
+                                       char *buf,
+                                       size_t cap,
                                        void (*done)(void *arg,
                                                     const struct tk_client_result *result),
                                        void *arg);

@@ -15,7 +15,7 @@
  *
  * The peer port (TICKETING-PEER/2, the peer secret): the Raft thread's
  * peer links (net/peer.c) and `ticketctl remove-member`
- * (client/ticketctl_remove.c) run it:
+ * (client/ticketctl_peer.c) run it:
  *
  *   listener: TICKETING-PEER/2 <snonce>
  *   dialler:  AUTH <cnonce> <cproof> <to>

@@ -5,19 +5,20 @@
 # or install it as /usr/share/bash-completion/completions/ticketctl.
 # It completes the commands, the flags, file names after the flags that
 # take a file (--secret-file, --peer-secret-file, --tls-ca, --tls-cert,
-# --tls-key, also as --flag=FILE), and a command name after `run KEY --`.
+# --tls-key, also as --flag=FILE), a command name after `run KEY --`, the
+# subcommands of `ring` and a file name after `ring apply`.
 # It needs bash alone (not the bash-completion package).
 
 _ticketctl()
 {
-    local cur=${COMP_WORDS[COMP_CWORD]} prev="" flag="" w cmd="" key="" i
-    local commands="run acquire release query ping status members remove-member"
+    local cur=${COMP_WORDS[COMP_CWORD]} prev="" flag="" w cmd="" key="" file="" i
+    local commands="run acquire release query ping status members remove-member ring"
     local flags="--addr --secret-file --peer-secret-file --peers --owner --tls-ca --tls-cert --tls-key
-        --tls-server-name --lease --wait --timeout --grace --token --count --admin-port --json
-        -v --verbose --version --help"
+        --tls-server-name --lease --wait --timeout --grace --token --count --admin-port --group
+        --json -v --verbose --version --help"
     local with_file="--secret-file --peer-secret-file --tls-ca --tls-cert --tls-key"
     local with_value="$with_file --addr --peers --owner --tls-server-name --lease --wait --timeout --grace
-        --token --count --admin-port"
+        --token --count --admin-port --group"
     COMPREPLY=()
     ((COMP_CWORD > 0)) && prev=${COMP_WORDS[COMP_CWORD - 1]}
 
@@ -70,6 +71,8 @@ _ticketctl()
                     cmd=$w
                 elif [[ -z $key ]]; then
                     key=$w
+                elif [[ -z $file ]]; then
+                    file=$w
                 fi
                 ;;
         esac
@@ -81,6 +84,11 @@ _ticketctl()
         mapfile -t COMPREPLY < <(compgen -W "$flags" -- "$cur")
     elif [[ -z $cmd ]]; then
         mapfile -t COMPREPLY < <(compgen -W "$commands" -- "$cur")
+    elif [[ $cmd == ring && -z $key ]]; then
+        mapfile -t COMPREPLY < <(compgen -W "show apply" -- "$cur")
+    elif [[ $cmd == ring && $key == apply && -z $file ]]; then
+        compopt -o filenames 2>/dev/null
+        mapfile -t COMPREPLY < <(compgen -f -- "$cur")
     fi
     return 0
 }

@@ -37,6 +37,7 @@ static const char *const outcome_names[] = {
     [TK_CLIENT_UNCONFIRMED] = "UNCONFIRMED",
     [TK_CLIENT_QUEUE_FULL] = "QUEUE_FULL",
     [TK_CLIENT_ANSWERED] = "ANSWERED",
+    [TK_CLIENT_WRONG_GROUP] = "WRONG_GROUP",
 };
 
 static const char *outcome_name(enum tk_client_outcome o)
@@ -402,6 +403,13 @@ static bool run(struct tk_client *c, const char *line)
                answered ? r.waiters : 0);
     } else if (strcmp(op, "ping") == 0) {
         printf("{\"outcome\":\"%s\"", outcome_name(tk_client_ping(c, &r)));
+    } else if (strcmp(op, "ring") == 0) {
+        static char body[TK_CLIENT_RING_TEXT_MAX + 1]; /* big: not on the stack */
+        enum tk_client_outcome got = tk_client_ring(c, body, sizeof body, &r);
+        bool answered = got == TK_CLIENT_ANSWERED;
+        printf("{\"outcome\":\"%s\",\"version\":%" PRIu64 ",\"body\":", outcome_name(got),
+               answered ? r.ring_version : 0);
+        put_str(answered ? body : "");
     } else if (strcmp(op, "sleep") == 0) {
         uint64_t ms;
         if (!get_num(&o, "ms", 600000, &ms, &err)) {
@@ -441,6 +449,8 @@ static bool run(struct tk_client *c, const char *line)
     if (result) {
         printf(",\"reason\":");
         put_str(r.reason);
+        if (r.outcome == TK_CLIENT_WRONG_GROUP)
+            printf(",\"slot\":%" PRIu32 ",\"ring_version\":%" PRIu64, r.slot, r.ring_version);
     }
     end_reply(t0);
     return true;

@@ -46,13 +46,14 @@ MAKE_CERTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sup
 OUTCOMES = {
     "ACQUIRED", "TIMEOUT", "BUSY", "INVALID", "UNAVAILABLE", "INDETERMINATE",
     "CANCELLED", "RELEASED", "NOT_HELD", "UNCONFIRMED", "QUEUE_FULL", "ANSWERED",
-    "OK", "DRIVER_ERROR",
+    "WRONG_GROUP", "OK", "DRIVER_ERROR",
 }
 # The members each reply must carry, by command, with their JSON types.
 SHAPES = {
     "acquire": {"token": int},
     "release": {"resent": bool},
     "slot": {"slot": int},
+    "ring": {"version": int, "body": str},
     "query": {"held": bool, "owner": (str, type(None)), "token": int, "waiters": int},
     "stats": {"compensations": int, "indeterminate": int, "moved": int,
               "releases_queued": int},
@@ -382,7 +383,7 @@ class Run:
         self.tls_ctx.load_cert_chain(os.path.join(self.certs, "client.pem"),
                                      os.path.join(self.certs, "client.key"))
 
-    def start_nodes(self, count, tls):
+    def start_nodes(self, count, tls, server_args):
         write_secret(os.path.join(self.workdir, "client.secret"), SECRET)
         write_secret(os.path.join(self.workdir, "peer.secret"), PEER_SECRET)
         binary = os.path.join(self.build, "ticketingd")
@@ -400,7 +401,7 @@ class Run:
                 extra += ["--tls-cert", os.path.join(self.certs, "node.pem"),
                           "--tls-key", os.path.join(self.certs, "node.key"),
                           "--tls-ca", os.path.join(self.certs, "ca.pem"), "--tls-client-auth"]
-            self.nodes.append(Node(binary, p, self.workdir, i, extra))
+            self.nodes.append(Node(binary, p, self.workdir, i, extra + list(server_args)))
         end = time.monotonic() + 20
         while time.monotonic() < end:
             if count == 1:
@@ -443,7 +444,7 @@ class Run:
         tls = st.get("tls")
         if tls is not None:
             self.make_certs()
-        self.start_nodes(st.get("nodes", 1), tls is not None)
+        self.start_nodes(st.get("nodes", 1), tls is not None, st.get("server_args", []))
         for pname, p in st.get("proxies", {}).items():
             target = self.nodes[p.get("node", 0)].port
             if p.get("to") == "leader":

@@ -10,9 +10,11 @@
  * cl_response_fits().
  *
  * Checked: the parsed fields obey core/proto.h (types, ids, G and held Q
- * tokens >= 1, a free Q is "- 0 0", pointers inside the line); a response
- * formats back to exactly the same line where the format is canonical (G,
- * T, B, R, N, P, Q, M, and E with a known reason); an address
+ * tokens >= 1, a free Q is "- 0 0", a W's slot below TK_SLOTS, an S's part
+ * k of n with 1 <= k <= n and n >= 2 only in the form with "k/n", pointers
+ * inside the line); a response formats back to exactly the same line
+ * where the format is canonical (G, T, B, R, N, P, Q, M, W, S, and E with
+ * a known reason); W answers exactly A, R and Q, S only S; an address
  * tk_addr_parse() accepts has a host that fits the connection's buffer, a
  * port, and formats back to its text (a bracketed host is an IPv6 literal).
  */
@@ -47,18 +49,25 @@ static void check_addr(const char *text, size_t len)
 
 static void check_fits(char type)
 {
-    static const char req_types[] = {'A', 'R', 'Q', 'P'};
+    static const char req_types[] = {'A', 'R', 'Q', 'P', 'S'};
     int fit = 0;
     for (size_t i = 0; i < sizeof(req_types); i++) {
         struct cl_req r;
         memset(&r, 0, sizeof(r));
         r.type = req_types[i];
-        fit += cl_response_fits(&r, type);
+        bool fits = cl_response_fits(&r, type);
+        fit += fits;
+        /* W (SPEC 15) answers the requests about a key, S only S. */
+        if (type == 'W')
+            FUZZ_CHECK(fits == (r.type == 'A' || r.type == 'R' || r.type == 'Q'));
+        if (type == 'S')
+            FUZZ_CHECK(fits == (r.type == 'S'));
         r.neutered = true; /* its line was turned into "X ...": only E answers it */
         FUZZ_CHECK(cl_response_fits(&r, type) == (type == 'E'));
     }
-    /* M answers no request, E any, every other type exactly one kind. */
-    FUZZ_CHECK(fit == (type == 'M' ? 0 : type == 'E' ? 4 : 1));
+    /* M answers no request, E any, W the three about a key, every other
+     * type exactly one kind. */
+    FUZZ_CHECK(fit == (type == 'M' ? 0 : type == 'E' ? 5 : type == 'W' ? 3 : 1));
 }
 
 static void one_line(const char *line, size_t len)
@@ -69,7 +78,7 @@ static void one_line(const char *line, size_t len)
     size_t bare = len > 0 && line[len - 1] == '\r' ? len - 1 : len;
     char out[TK_LINE_MAX + 2];
     size_t n = 0;
-    FUZZ_CHECK(strchr("GTBRNQPEM", rsp.type) != NULL && rsp.type != 0);
+    FUZZ_CHECK(strchr("GTBRNQPEMWS", rsp.type) != NULL && rsp.type != 0);
     FUZZ_CHECK(rsp.has_id == !(rsp.type == 'M' || (rsp.type == 'E' && line[2] == '-')));
     switch (rsp.type) {
         case 'T':
@@ -103,6 +112,27 @@ static void one_line(const char *line, size_t len)
                 n = tk_proto_fmt_error(out, sizeof(out), rsp.has_id, rsp.id, rsp.reason);
             }
             break;
+        case 'W':
+            FUZZ_CHECK(rsp.slot < TK_SLOTS);
+            n = tk_proto_fmt_wrong(out, sizeof(out), rsp.id, rsp.slot, rsp.version);
+            break;
+        case 'S': {
+            FUZZ_CHECK(rsp.text != NULL && rsp.text_len > 0);
+            FUZZ_CHECK(fuzz_inside(rsp.text, rsp.text_len, line, len));
+            for (size_t i = 0; i < rsp.text_len; i++)
+                FUZZ_CHECK(rsp.text[i] > 0x20 && rsp.text[i] < 0x7f); /* one visible word */
+            FUZZ_CHECK(rsp.part >= 1 && rsp.part <= rsp.parts);
+            FUZZ_CHECK(rsp.parts <= TK_PROTO_RING_PARTS_MAX); /* conn_read.c relies on it */
+            /* "S <id> <version> <body>" is 4 words, "... <k>/<n> <body>" 5. */
+            size_t spaces = 0;
+            for (size_t i = 0; i < bare; i++)
+                spaces += line[i] == ' ';
+            FUZZ_CHECK((rsp.parts >= 2) == (spaces == 4));
+            FUZZ_CHECK(rsp.parts >= 2 || spaces == 3);
+            n = tk_proto_fmt_ring(out, sizeof(out), rsp.id, rsp.version, rsp.part, rsp.parts,
+                                  rsp.text, rsp.text_len);
+            break;
+        }
         case 'M':
             if (rsp.text != NULL) {
                 FUZZ_CHECK(fuzz_inside(rsp.text, rsp.text_len, line, len));

@@ -308,8 +308,8 @@ struct collect {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned done;
-    unsigned by_outcome[TK_CLIENT_ANSWERED + 1];
-    uint64_t *tokens; /* by index, for acquires */
+    unsigned by_outcome[TK_CLIENT_WRONG_GROUP + 1]; /* the last outcome */
+    uint64_t *tokens;                               /* by index, for acquires */
     pthread_t thread;
     bool wrong_thread;
 };
@@ -630,15 +630,8 @@ static void *fake_main(void *arg)
 
 static void fake_start(struct fake *f)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t al = sizeof a;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    f->lfd = tk_test_listen(&f->port);
     cr_assert(f->lfd >= 0);
-    cr_assert_eq(bind(f->lfd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(f->lfd, 16), 0);
-    cr_assert_eq(getsockname(f->lfd, (struct sockaddr *)&a, &al), 0);
-    f->port = ntohs(a.sin_port);
     cr_assert_eq(pthread_create(&f->thread, NULL, fake_main, f), 0);
 }
 

@@ -6,7 +6,9 @@
  * need; members shows the leader's view whichever member it asks, and
  * reads the /status of a server too old to have /members;
  * remove-member removes a stopped member (which exits 3 when it wakes)
- * but never a live one, and only with the peer secret.
+ * but never a live one, and only with the peer secret; ring show prints
+ * a node's ring (none yet: version 0) and a key another group serves
+ * exits 84 with its slot.
  *
  * Method: the real ticketctl binary against a real ticketingd, run as child
  * processes with TICKETING_ADDR / TICKETING_SECRET_FILE; the indeterminate
@@ -800,6 +802,60 @@ Test(ctl, remove_member_usage_errors_exit_64)
     expect_exit(ARGS("remove-member", "0123456789abcdef", bad), NULL, 64); /* unreadable */
     expect_exit(ARGS("remove-member", "0123456789abcdef", peer), ARGS("TICKETING_ADDR"), 64);
     expect_exit(ARGS("remove-member", "0123456789abcdef", peer, "--addr", "127.0.0.1"), NULL, 64);
+}
+
+/* ---- ring ----------------------------------------------------------------------- */
+
+Test(ctl, ring_show_of_a_standalone_node_is_version_0)
+{
+    char *out;
+    cr_assert_eq(ctl(ARGS("ring", "show"), NULL, &out), 0, "%s", out);
+    cr_assert(strncmp(out, "version 0\n# no ring: ", 21) == 0, "%s", out);
+    cr_assert_eq(strchr(out, '\n')[1], '#', "a comment, no range: %s", out);
+    cr_assert_eq(strchr(strchr(out, '\n') + 1, '\n')[1], '\0', "two lines: %s", out);
+    cr_assert_eq(ctl(ARGS("ring", "show", "--json"), NULL, &out), 0, "%s", out);
+    cr_assert_str_eq(out, "{\"version\":0,\"ranges\":[]}\n");
+}
+
+Test(ctl, ring_usage_errors_exit_64)
+{
+    expect_exit(ARGS("ring"), NULL, 64);
+    expect_exit(ARGS("ring", "frob"), NULL, 64);
+    expect_exit(ARGS("ring", "show", "extra"), NULL, 64);
+    expect_exit(ARGS("ring", "show", "--group", "g1"), NULL, 64);
+    expect_exit(ARGS("ring", "show"), ARGS("TICKETING_SECRET_FILE"), 64);
+    expect_exit(ARGS("ring", "apply", "--group", "g1"), NULL, 64); /* no FILE */
+    expect_exit(ARGS("ring", "apply", "ring.txt"), NULL, 64);      /* no --group */
+    expect_exit(ARGS("ring", "apply", "ring.txt", "--group", "a;b"), NULL, 64);
+    expect_exit(ARGS("ring", "apply", "ring.txt", "--group", "a@b"), NULL, 64);
+    expect_exit(ARGS("ring", "apply", "ring.txt", "x", "--group", "g1"), NULL, 64);
+    expect_exit(ARGS("ring", "apply", "ring.txt", "--group", "g1"), ARGS("TICKETING_ADDR"), 64);
+}
+
+/* A group started without a ring serves no slot: every request about a key
+ * is answered W, which ticketctl reports with the slot, exit 84. */
+Test(ctl, wrong_group_exits_84_with_the_slot)
+{
+    static const char *const args[] = {"--threads", "1", "--group", "g1", NULL};
+    struct tk_node g;
+    char addr[64], *out;
+    cr_assert_eq(tk_node_start(&g, args), 0, "ticketingd --group g1 did not start");
+    snprintf(addr, sizeof addr, "--addr=127.0.0.1:%u", g.port);
+    cr_assert_eq(ctl(ARGS(addr, "acquire", "show-42", "--wait", "0"), NULL, &out), 84, "%s", out);
+    cr_assert(strstr(out, "show-42: wrong group") != NULL, "%s", out);
+    cr_assert(strstr(out, "slot 11909") != NULL, "%s", out);
+    cr_assert(strstr(out, "ring version 0") != NULL, "%s", out);
+    cr_assert_eq(ctl(ARGS(addr, "query", "a", "--json"), NULL, &out), 84, "%s", out);
+    cr_assert_str_eq(out,
+                     "{\"outcome\":\"wrong_group\",\"key\":\"a\",\"reason\":\"\",\"slot\":11404,"
+                     "\"ring_version\":0}\n");
+    cr_assert_eq(ctl(ARGS(addr, "release", "a", "--token", "3", "--owner", "me"), NULL, &out), 84,
+                 "%s", out);
+    cr_assert_eq(ctl(ARGS(addr, "run", "a", "--", "true"), NULL, &out), 84, "%s", out);
+    cr_assert_eq(ctl(ARGS(addr, "ring", "show"), NULL, &out), 0, "%s", out);
+    cr_assert(strncmp(out, "version 0\n", 10) == 0, "%s", out);
+    tk_node_stop(&g, SIGTERM, 10000);
+    tk_node_cleanup(&g);
 }
 
 Test(ctl, remove_member_without_a_peer_port_is_unavailable)

@@ -77,7 +77,8 @@ Test(ctl_completion, commands_flags_and_files)
 {
     char out[8192], file[300];
     complete(WORDS("ticketctl", ""), dir, out, sizeof out);
-    cr_assert_str_eq(out, "acquire\nmembers\nping\nquery\nrelease\nremove-member\nrun\nstatus\n",
+    cr_assert_str_eq(out,
+                     "acquire\nmembers\nping\nquery\nrelease\nremove-member\nring\nrun\nstatus\n",
                      "[%s]", out);
     complete(WORDS("ticketctl", "st"), dir, out, sizeof out);
     cr_assert_str_eq(out, "status\n", "[%s]", out);
@@ -92,6 +93,15 @@ Test(ctl_completion, commands_flags_and_files)
     /* A command is given: no second one. */
     complete(WORDS("ticketctl", "status", ""), dir, out, sizeof out);
     cr_assert_str_eq(out, "", "[%s]", out);
+    /* ring's subcommands, and --group's value is no command. */
+    complete(WORDS("ticketctl", "ring", ""), dir, out, sizeof out);
+    cr_assert_str_eq(out, "apply\nshow\n", "[%s]", out);
+    complete(WORDS("ticketctl", "--group", "g1", "ring", "sh"), dir, out, sizeof out);
+    cr_assert_str_eq(out, "show\n", "[%s]", out);
+    complete(WORDS("ticketctl", "ring", "show", ""), dir, out, sizeof out);
+    cr_assert_str_eq(out, "", "[%s]", out);
+    complete(WORDS("ticketctl", "--gro"), dir, out, sizeof out);
+    cr_assert_str_eq(out, "--group\n", "[%s]", out);
 
     /* Files after the flags that take one, in every spelling. */
     snprintf(file, sizeof file, "%s/client.secret", dir);
@@ -104,6 +114,11 @@ Test(ctl_completion, commands_flags_and_files)
     cr_assert_str_eq(out, "client.secret\n", "[%s]", out);
     complete(WORDS("ticketctl", "--tls-ca=cli"), dir, out, sizeof out);
     cr_assert_str_eq(out, "--tls-ca=client.secret\n", "[%s]", out);
+    /* The ring file of ring apply, then nothing more. */
+    complete(WORDS("ticketctl", "ring", "apply", "cli"), dir, out, sizeof out);
+    cr_assert_str_eq(out, "client.secret\n", "[%s]", out);
+    complete(WORDS("ticketctl", "ring", "apply", "client.secret", "cli"), dir, out, sizeof out);
+    cr_assert_str_eq(out, "", "[%s]", out);
     /* A flag whose value is no file: nothing offered, no file name. */
     complete(WORDS("ticketctl", "--owner", "cli"), dir, out, sizeof out);
     cr_assert_str_eq(out, "", "[%s]", out);

@@ -548,7 +548,7 @@ Test(faults, full_release_queue_answers_at_once)
 struct tally {
     pthread_mutex_t mu;
     unsigned done;
-    unsigned by_outcome[TK_CLIENT_ANSWERED + 1];
+    unsigned by_outcome[TK_CLIENT_WRONG_GROUP + 1]; /* the last outcome */
 };
 
 static void tally_done(void *arg, const struct tk_client_result *r)

@@ -77,7 +77,7 @@ for f in bin/ticketingd bin/ticketctl include/ticketing.h share/doc/ticketing/LI
   need "$prefix/$f"
 done
 [ -x "$build/ticketing-bench" ] && need "$prefix/bin/ticketing-bench"
-for f in libticketing.so libticketing.so.1 libticketing.a pkgconfig/ticketing.pc \
+for f in libticketing.so libticketing.so.2 libticketing.a pkgconfig/ticketing.pc \
   cmake/ticketing/ticketingConfig.cmake cmake/ticketing/ticketingConfigVersion.cmake \
   cmake/ticketing/ticketingTargets.cmake cmake/ticketing/ticketingStaticTargets.cmake; do
   need "$lib/$f"
@@ -85,12 +85,12 @@ done
 [ -f "$src/client/completion/ticketctl.bash" ] &&
   need "$prefix/share/bash-completion/completions/ticketctl"
 [ -f "$src/client/completion/_ticketctl" ] && need "$prefix/share/zsh/site-functions/_ticketctl"
-if [ ! -L "$lib/libticketing.so" ] || [ ! -L "$lib/libticketing.so.1" ]; then
-  say "  libticketing.so and libticketing.so.1 are not symbolic links"
+if [ ! -L "$lib/libticketing.so" ] || [ ! -L "$lib/libticketing.so.2" ]; then
+  say "  libticketing.so and libticketing.so.2 are not symbolic links"
   bad=1
 fi
 soname=$(readelf -d "$lib/libticketing.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-[ "$soname" = libticketing.so.1 ] || { say "  SONAME is '$soname', not libticketing.so.1"; bad=1; }
+[ "$soname" = libticketing.so.2 ] || { say "  SONAME is '$soname', not libticketing.so.2"; bad=1; }
 others=$(nm -D --defined-only "$lib/libticketing.so" | awk '{print $3}' | grep -v '^tk_client_' || true)
 [ -z "$others" ] || { say "  libticketing.so exports more than tk_client_*: $others"; bad=1; }
 internal=$(find "$prefix" -name 'libtk_*' -o -name '*.o' | head -5)
@@ -149,8 +149,8 @@ fi
 if readelf -d "$tmp/cmake-build/consumer_static" | grep -q 'NEEDED.*libticketing'; then
   fail "ticketing::ticketing_static links libticketing.so"
 fi
-readelf -d "$tmp/cmake-build/consumer_shared" | grep -q 'NEEDED.*libticketing.so.1' ||
-  fail "ticketing::ticketing does not link libticketing.so.1"
+readelf -d "$tmp/cmake-build/consumer_shared" | grep -q 'NEEDED.*libticketing.so.2' ||
+  fail "ticketing::ticketing does not link libticketing.so.2"
 say "find_package(ticketing): shared and static builds ok"
 
 # --- the installed server ------------------------------------------------------

@@ -56,6 +56,10 @@ int tk_node_wait_serving(uint32_t admin_port, int timeout_ms);
  * reserves them from every other test process until this one exits. */
 uint32_t tk_free_port3(void);
 
+/* A listening TCP socket on 127.0.0.1 at a port the kernel picks (a
+ * scripted server's): its descriptor and *port, or -1. */
+int tk_test_listen(uint32_t *port);
+
 /* A plain line client. */
 struct tk_tc {
     int fd;
