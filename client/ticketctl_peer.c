@@ -327,16 +327,19 @@ static enum attempt answer(struct peer *p, const char *addr)
                 set_why(p, "%s: %s sent, then a malformed answer", addr, req);
                 return AT_UNANSWERED;
             }
-            cl_stream_consume(&p->s, flen);
-            if (!reply_authentic(p, &f.msg)) {
+            /* f's strings point into p->in: read them all (status copies
+             * what it keeps) before the frame is consumed, which moves
+             * whatever came after it over them. */
+            enum attempt a = AT_UNANSWERED;
+            if (reply_authentic(p, &f.msg))
+                a = p->ask->status(p, addr, &f.msg);
+            else
                 set_why(p,
                         "%s: %s sent, then an answer without the node's MAC (forged or "
                         "altered on the way): not believed",
                         addr, req);
-                return AT_UNANSWERED;
-            }
-            /* f's strings point into p->in, consumed but not yet overwritten. */
-            return p->ask->status(p, addr, &f.msg);
+            cl_stream_consume(&p->s, flen);
+            return a;
         }
         int got = read_more(p, addr);
         if (got <= 0) {
