@@ -1357,7 +1357,7 @@ Test(proto_fuzz, response_and_handshake_lines, .timeout = 300)
         rnd_visible(&prng, owner, ol);
         uint64_t id = rnd_number(&prng);
         size_t n = 0;
-        int kind = (int)tk_prng_range(&prng, 0, 8);
+        int kind = (int)tk_prng_range(&prng, 0, 10);
         switch (kind) {
             case 0:
                 n = tk_proto_fmt_id(buf, sizeof buf, "TBRNP"[tk_prng_range(&prng, 0, 4)], id);
@@ -1386,6 +1386,16 @@ Test(proto_fuzz, response_and_handshake_lines, .timeout = 300)
             case 7:
                 n = tk_proto_fmt_ok(buf, sizeof buf, HEX_B, id, dom);
                 break;
+            case 9:
+                n = tk_proto_fmt_wrong(buf, sizeof buf, id,
+                                       (uint32_t)tk_prng_range(&prng, 0, 16383), rnd_number(&prng));
+                break;
+            case 10: {
+                uint32_t parts = (uint32_t)tk_prng_range(&prng, 1, 3);
+                n = tk_proto_fmt_ring(buf, sizeof buf, id, rnd_number(&prng),
+                                      (uint32_t)tk_prng_range(&prng, 1, parts), parts, owner, ol);
+                break;
+            }
             default:
                 n = tk_proto_fmt_query(buf, sizeof buf, id, NULL, 0, 0, 0);
                 break;
@@ -1422,6 +1432,13 @@ Test(proto_fuzz, response_and_handshake_lines, .timeout = 300)
                         addr[rsp.text_len] = '\0';
                     }
                     m = tk_proto_fmt_moved(again, sizeof again, rsp.text ? addr : NULL);
+                    break;
+                case 'W':
+                    m = tk_proto_fmt_wrong(again, sizeof again, rsp.id, rsp.slot, rsp.version);
+                    break;
+                case 'S':
+                    m = tk_proto_fmt_ring(again, sizeof again, rsp.id, rsp.version, rsp.part,
+                                          rsp.parts, rsp.text, rsp.text_len);
                     break;
                 default:
                     m = tk_proto_fmt_id(again, sizeof again, rsp.type, rsp.id);
