@@ -91,7 +91,7 @@ static enum tk_parse_status ref_parse(const char *line,
         want = 3;
     else if (f[c].len == 1 && f[c].s[0] == 'Q')
         want = 1;
-    else if (f[c].len == 1 && f[c].s[0] == 'P')
+    else if (f[c].len == 1 && (f[c].s[0] == 'P' || f[c].s[0] == 'S'))
         want = 0;
     else {
         r->reason = TK_REASON_COMMAND;
@@ -211,6 +211,9 @@ static void one_line(const char *line,
         case 'P':
             n = tk_proto_fmt_ping(out, sizeof(out), req.id);
             break;
+        case 'S':
+            n = tk_proto_fmt_ring_req(out, sizeof(out), req.id);
+            break;
         default:
             FUZZ_CHECK(!"type of an accepted request");
     }
@@ -220,6 +223,8 @@ static void one_line(const char *line,
         FUZZ_CHECK(tk_proto_fmt_id(out, sizeof(out), 'P', req.id) > 0);
         return;
     }
+    if (req.type == 'S')
+        return; /* answered by the connection's worker, no lock table */
 
     /* What the worker hands the lock table must satisfy its asserts. */
     struct tk_lock_req lr = {
