@@ -138,8 +138,7 @@ struct tk_msg_install {
  * (core/slots.h: ranges joined by ';', or "-"), and where each range's
  * text ends in it, so that an S answer is cut into lines at ranges. */
 struct tk_slot_view {
-    uint64_t version;
-    uint32_t served; /* bits set in serve */
+    uint64_t version; /* 0: the ring is gone, the shard has none */
     uint64_t serve[TK_SLOTS / 64];
     uint32_t nranges;
     uint32_t *range_end; /* nranges offsets into body, each just past a range */

@@ -420,8 +420,7 @@ static void conn_ring(struct tk_worker *w, struct conn *c, uint64_t id)
         conn_stream_out(w, c, line, n);
         return;
     }
-    /* "S <id> <version> " and, in parts, "<k>/<n> " with k, n <= 9999
-     * (a part holds at least one range, and there are at most 1,024). */
+    /* "S <id> <version> " and, in parts, "<k>/<n> " with k, n <= 1024. */
     size_t head = tk_proto_fmt_ring(line, sizeof(line), id, v->version, 1, 1, "-", 1) - 2;
     if (head + v->body_len + 1 <= sizeof(line)) {
         n = tk_proto_fmt_ring(line, sizeof(line), id, v->version, 1, 1, v->body, v->body_len);
@@ -431,24 +430,24 @@ static void conn_ring(struct tk_worker *w, struct conn *c, uint64_t id)
     size_t room = sizeof(line) - head - 10 - 1;
     _Static_assert(TK_LINE_MAX - 20 - 20 - 3 - 10 - 1 - 2 >= TK_SLOTS_RANGE_TEXT_MAX,
                    "one range fits a part");
-    for (int pass = 0, parts = 0; pass < 2; pass++) {
-        int part = 0;
-        size_t from = 0; /* body offset of the part's first range */
-        for (uint32_t i = 0; i < v->nranges; i++) {
-            size_t end = v->range_end[i];
-            bool last = i + 1 == v->nranges;
-            if (!last && v->range_end[i + 1] - from <= room)
-                continue; /* the next range fits this part too */
-            part++;
-            if (pass == 1) {
-                n = tk_proto_fmt_ring(line, sizeof(line), id, v->version, (uint32_t)part,
-                                      (uint32_t)parts, v->body + from, end - from);
-                TK_ASSERT(n > 0);
-                conn_stream_out(w, c, line, n);
-            }
-            from = end + 1; /* past the ';' */
-        }
-        parts = part;
+    /* Where each part ends: as many whole ranges as fit. */
+    uint32_t end[TK_PROTO_RING_PARTS_MAX];
+    uint32_t parts = 0;
+    size_t from = 0; /* body offset of the part's first range */
+    for (uint32_t i = 0; i < v->nranges; i++) {
+        if (i + 1 < v->nranges && v->range_end[i + 1] - from <= room)
+            continue; /* the next range fits this part too */
+        TK_ASSERT(parts < TK_PROTO_RING_PARTS_MAX);
+        end[parts++] = v->range_end[i];
+        from = v->range_end[i] + 1; /* past the ';' */
+    }
+    from = 0;
+    for (uint32_t k = 0; k < parts; k++) {
+        n = tk_proto_fmt_ring(line, sizeof(line), id, v->version, k + 1, parts, v->body + from,
+                              end[k] - from);
+        TK_ASSERT(n > 0);
+        conn_stream_out(w, c, line, n);
+        from = end[k] + 1;
     }
 }
 

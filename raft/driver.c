@@ -74,15 +74,19 @@ int tk_driver_check_entry(const uint8_t *data,
  * first, and a node that cannot apply a committed entry cannot follow. */
 static void apply_entry(struct tk_driver *d, uint64_t index, const struct tk_raft_entry *e)
 {
+    if (slots_entry_is(e->data, e->len)) {
+        /* Decoded once, by the apply; a ring takes no token. */
+        if (e->token_count != 0 || slots_apply(d, e->data, e->len) != TK_OK) {
+            d->io.fatal(d->io.ctx, "a committed ring entry is malformed");
+            return;
+        }
+        if (d->io.applied)
+            d->io.applied(d->io.ctx, index, e);
+        return;
+    }
     if (tk_driver_check_entry(e->data, e->len, e->token_first, tk_raft_entry_token_next(e)) !=
         TK_OK) {
         d->io.fatal(d->io.ctx, "a committed entry is malformed");
-        return;
-    }
-    if (slots_entry_is(e->data, e->len)) {
-        slots_apply(d, e->data, e->len);
-        if (d->io.applied)
-            d->io.applied(d->io.ctx, index, e);
         return;
     }
     uint32_t ncmds;
@@ -126,7 +130,8 @@ static void install_snapshot(struct tk_driver *d, const struct tk_raft_update_in
     size_t state_len, pos;
     uint64_t header_count;
     TK_ASSERT(tk_snap_state(data, len, &header_count, &pos, &state, &state_len) == TK_OK);
-    if (slots_state_check(state, state_len) != TK_OK) {
+    /* The ring first: at the snapshot's index it was this one. */
+    if (slots_state_load(d, state, state_len) != TK_OK) {
         d->io.fatal(d->io.ctx, "the snapshot's ring does not decode");
         return;
     }
@@ -138,8 +143,6 @@ static void install_snapshot(struct tk_driver *d, const struct tk_raft_update_in
     struct tk_msg_install *in = calloc(n, sizeof(*in));
     size_t *cap = calloc(n, sizeof(*cap));
     TK_ASSERT(in != NULL && cap != NULL);
-    /* The ring first: at the snapshot's index it was this one. */
-    slots_state_load(d, state, state_len);
     for (uint64_t i = 0; i < count; i++) {
         struct tk_cmd c;
         uint32_t left = 0;
@@ -269,12 +272,7 @@ static void request_snapshot(struct tk_driver *d, uint64_t index)
     d->snap_index = index;
     d->snap_asked_us = d->now;
     /* The ring as it stands at index, for the blob's state. */
-    d->snap_state_len = slots_state_len(d);
-    if (d->snap_state_len) {
-        d->snap_state = malloc(d->snap_state_len);
-        TK_ASSERT(d->snap_state != NULL);
-        slots_state_put(d, d->snap_state);
-    }
+    d->snap_state = slots_state(d, &d->snap_state_len);
     struct tk_msg m = {.kind = TK_MSG_SNAP_REQ, .u.snap_req = {index}};
     for (uint32_t w = 0; w < d->o.nshards; w++)
         driver_to_shard(d, w, &m);

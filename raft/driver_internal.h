@@ -99,8 +99,7 @@ struct members {
 struct slots {
     struct tk_slot_ring *ring;         /* NULL: none committed */
     char group[TK_SLOTS_NAME_MAX + 1]; /* the group the committed ring was given to */
-    uint8_t *bytes;                    /* its encoding, as committed */
-    size_t bytes_len;
+    uint32_t owned;                    /* slots the group owns in it */
     /* The operator's ring this leader proposed last: until it is applied,
      * another request is answered RETRY (one at a time). */
     uint64_t pending_index, pending_term;
@@ -176,21 +175,20 @@ void driver_to_shard(struct tk_driver *d, uint32_t shard, const struct tk_msg *m
 #define TK_DRIVER_SLOTS_MARK UINT32_MAX
 bool slots_entry_is(const uint8_t *data, uint32_t len);
 int slots_entry_check(const uint8_t *data, uint32_t len);
-void slots_apply(struct tk_driver *d, const uint8_t *data, uint32_t len);
+/* A committed ring entry; TK_EPROTO if it does not decode (the node
+ * cannot follow: fatal), and then nothing changed. */
+int slots_apply(struct tk_driver *d, const uint8_t *data, uint32_t len);
 /* Leader, from membership.c: an operator's SLOTS frame, answered at once
  * on its link: OK (this ring is the committed one), REFUSED with why,
  * RETRY while it (or another) is being committed, so that the operator
  * asks again until OK or REFUSED. */
 void slots_request(struct tk_driver *d, uint64_t link, const struct tk_raft_msg *msg);
 void slots_stats(const struct tk_driver *d, struct tk_driver_stats *st);
-/* The state a snapshot carries (0 bytes: no ring), into buf of at least
- * that many bytes. */
-size_t slots_state_len(const struct tk_driver *d);
-void slots_state_put(const struct tk_driver *d, uint8_t *buf);
-/* An install: the state of the blob (NULL: none); TK_EPROTO if it does
- * not decode (checked before anything changed). */
-int slots_state_check(const uint8_t *state, size_t len);
-void slots_state_load(struct tk_driver *d, const uint8_t *state, size_t len);
+/* The state a snapshot carries, malloc'd (NULL and *len 0: no ring). */
+uint8_t *slots_state(const struct tk_driver *d, size_t *len);
+/* An install: the ring becomes the blob's state (NULL: none). TK_EPROTO
+ * if it does not decode, and then nothing changed. */
+int slots_state_load(struct tk_driver *d, const uint8_t *state, size_t len);
 void slots_free(struct tk_driver *d);
 
 /* raft/membership.c: answers an operator's SLOTS frame on its link. */

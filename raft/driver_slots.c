@@ -85,46 +85,66 @@ static bool named(const char *a, const char *b, size_t blen)
     return strlen(a) == blen && memcmp(a, b, blen) == 0;
 }
 
-/* One view (core/msg.h) in one block: the struct, the range ends, the
- * body. */
+/* The block of a view (core/msg.h) for nranges ranges and a body of
+ * body_len bytes: the struct, the range ends, the body. */
+static size_t view_size(uint32_t nranges, size_t body_len)
+{
+    return sizeof(struct tk_slot_view) + nranges * sizeof(uint32_t) + body_len;
+}
+
+static void view_point(struct tk_slot_view *v)
+{
+    v->range_end = (uint32_t *)(v + 1);
+    v->body = (char *)(v->range_end + v->nranges);
+}
+
+/* The view of ring r (NULL: version 0, "no ring", which the shards read
+ * as having none) for group `group`. */
 static struct tk_slot_view *view_make(const struct tk_slot_ring *r, const char *group)
 {
     char text[TK_SLOTS_RANGE_TEXT_MAX + 1];
-    size_t body = 0;
     uint32_t nr = r ? r->nranges : 0;
+    size_t body = nr == 0 ? 1 : nr - 1; /* "-", or the ';' between ranges */
     for (uint32_t i = 0; i < nr; i++)
-        body += tk_slots_fmt_range(r, i, text, sizeof(text)) + 1;
-    if (nr == 0)
-        body = 2; /* "-" */
-    size_t size = sizeof(struct tk_slot_view) + nr * sizeof(uint32_t) + body;
-    struct tk_slot_view *v = calloc(1, size);
+        body += tk_slots_fmt_range(r, i, text, sizeof(text));
+    struct tk_slot_view *v = calloc(1, view_size(nr, body));
     TK_ASSERT(v != NULL);
-    v->range_end = (uint32_t *)(v + 1);
-    v->body = (char *)(v->range_end + nr);
     v->nranges = nr;
+    view_point(v);
     if (r) {
         v->version = r->version;
-        v->served = tk_slots_owned(r, group, strlen(group), v->serve);
+        tk_slots_owned(r, group, strlen(group), v->serve);
     }
     size_t at = 0;
     for (uint32_t i = 0; i < nr; i++) {
         if (i > 0)
             v->body[at++] = ';';
-        at += tk_slots_fmt_range(r, i, v->body + at, body - at);
+        at += tk_slots_fmt_range(r, i, v->body + at, body + 1 - at);
         v->range_end[i] = (uint32_t)at;
     }
     if (nr == 0)
         v->body[at++] = '-';
+    TK_ASSERT(at == body);
     v->body_len = at;
     return v;
 }
 
+/* Every shard gets its own copy of one view (it frees it). */
 static void send_views(struct tk_driver *d)
 {
+    struct tk_slot_view *v = view_make(SL(d)->ring, SL(d)->group);
+    size_t size = view_size(v->nranges, v->body_len);
     for (uint32_t i = 0; i < d->o.nshards; i++) {
         struct tk_msg m = {.kind = TK_MSG_SLOTS};
-        m.u.slots.view = view_make(SL(d)->ring, SL(d)->group);
-        driver_to_shard(d, i, &m); /* the shard frees it */
+        if (i + 1 == d->o.nshards) {
+            m.u.slots.view = v;
+        } else {
+            m.u.slots.view = malloc(size);
+            TK_ASSERT(m.u.slots.view != NULL);
+            memcpy(m.u.slots.view, v, size);
+            view_point(m.u.slots.view);
+        }
+        driver_to_shard(d, i, &m);
     }
 }
 
@@ -176,35 +196,30 @@ static const char *successor(struct tk_driver *d,
     return NULL;
 }
 
-static void set_ring(struct tk_driver *d,
-                     const char *name,
-                     size_t name_len,
-                     struct tk_slot_ring *r,
-                     const uint8_t *bytes,
-                     size_t len)
+/* The ring becomes r (owned from now on) for group `name`; NULL: none. */
+static void set_ring(struct tk_driver *d, const char *name, size_t name_len, struct tk_slot_ring *r)
 {
     struct slots *s = SL(d);
     free(s->ring);
-    free(s->bytes);
     s->ring = r;
-    s->bytes = malloc(len);
-    TK_ASSERT(s->bytes != NULL);
-    memcpy(s->bytes, bytes, len);
-    s->bytes_len = len;
     memcpy(s->group, name, name_len);
     s->group[name_len] = 0;
+    uint64_t bits[TK_SLOTS_WORDS];
+    s->owned = r ? tk_slots_owned(r, s->group, name_len, bits) : 0;
     send_views(d);
 }
 
-void slots_apply(struct tk_driver *d, const uint8_t *data, uint32_t len)
+int slots_apply(struct tk_driver *d, const uint8_t *data, uint32_t len)
 {
     struct slots *s = SL(d);
     struct tk_slot_ring *r = malloc(sizeof(*r));
     TK_ASSERT(r != NULL);
     const char *name;
     size_t nlen;
-    /* Checked whole with the entry (tk_driver_check_entry). */
-    TK_ASSERT(entry_decode(data, len, &name, &nlen, r) == TK_OK);
+    if (entry_decode(data, len, &name, &nlen, r) != TK_OK) {
+        free(r);
+        return TK_EPROTO;
+    }
     char why[TK_RAFT_SLOTS_WHY_MAX + 1];
     bool same;
     const char *no = successor(d, name, nlen, r, &same, why, sizeof(why));
@@ -216,18 +231,16 @@ void slots_apply(struct tk_driver *d, const uint8_t *data, uint32_t len)
                 d->io.log(d->io.ctx, TK_DRIVER_LOG_WARN, why);
         }
     } else {
-        size_t at = ENTRY_FIXED + nlen;
-        set_ring(d, name, nlen, r, data + at, len - at);
+        set_ring(d, name, nlen, r);
         s->rings_applied++;
         if (d->io.log) {
             char line[128];
-            uint64_t bits[TK_SLOTS_WORDS];
             tk_fmt(line, sizeof(line), "ring version %llu committed: group '%s' owns %u slots",
-                   (unsigned long long)s->ring->version, s->group,
-                   tk_slots_owned(s->ring, s->group, strlen(s->group), bits));
+                   (unsigned long long)s->ring->version, s->group, s->owned);
             d->io.log(d->io.ctx, TK_DRIVER_LOG_INFO, line);
         }
     }
+    return TK_OK;
 }
 
 /* ------------------------------------------------------------------ */
@@ -304,64 +317,53 @@ void slots_request(struct tk_driver *d, uint64_t link, const struct tk_raft_msg 
 /* ------------------------------------------------------------------ */
 /* Snapshots */
 
-size_t slots_state_len(const struct tk_driver *d)
+uint8_t *slots_state(const struct tk_driver *d, size_t *len)
 {
     const struct slots *s = &d->sl;
-    return s->ring ? 1 + strlen(s->group) + s->bytes_len : 0;
-}
-
-void slots_state_put(const struct tk_driver *d, uint8_t *buf)
-{
-    const struct slots *s = &d->sl;
-    TK_ASSERT(s->ring != NULL);
+    *len = 0;
+    if (!s->ring)
+        return NULL;
     size_t n = strlen(s->group);
+    uint8_t *buf = malloc(1 + n + TK_SLOTS_ENCODED_MAX);
+    TK_ASSERT(buf != NULL);
     buf[0] = (uint8_t)n;
     memcpy(buf + 1, s->group, n);
-    memcpy(buf + 1 + n, s->bytes, s->bytes_len);
+    size_t rl = tk_slots_encode(s->ring, buf + 1 + n, TK_SLOTS_ENCODED_MAX);
+    TK_ASSERT(rl > 0);
+    *len = 1 + n + rl;
+    return buf;
 }
 
-int slots_state_check(const uint8_t *state, size_t len)
+int slots_state_load(struct tk_driver *d, const uint8_t *state, size_t len)
 {
-    return state ? state_check(state, len) : TK_OK;
-}
-
-void slots_state_load(struct tk_driver *d, const uint8_t *state, size_t len)
-{
-    struct slots *s = SL(d);
     if (!state) {
-        if (s->ring) {
-            slots_free(d);
-            send_views(d);
-        }
-        return;
+        if (SL(d)->ring)
+            set_ring(d, "", 0, NULL);
+        return TK_OK;
     }
     struct tk_slot_ring *r = malloc(sizeof(*r));
     TK_ASSERT(r != NULL);
     const char *name;
     size_t nlen;
-    TK_ASSERT(state_decode(state, len, &name, &nlen, r) == TK_OK);
-    set_ring(d, name, nlen, r, state + 1 + nlen, len - 1 - nlen);
+    if (state_decode(state, len, &name, &nlen, r) != TK_OK) {
+        free(r);
+        return TK_EPROTO;
+    }
+    set_ring(d, name, nlen, r);
+    return TK_OK;
 }
 
 void slots_free(struct tk_driver *d)
 {
-    struct slots *s = SL(d);
-    free(s->ring);
-    free(s->bytes);
-    s->ring = NULL;
-    s->bytes = NULL;
-    s->bytes_len = 0;
-    s->group[0] = 0;
+    free(SL(d)->ring);
+    SL(d)->ring = NULL;
 }
 
 void slots_stats(const struct tk_driver *d, struct tk_driver_stats *st)
 {
     const struct slots *s = &d->sl;
     st->ring_version = s->ring ? s->ring->version : 0;
-    uint64_t bits[TK_SLOTS_WORDS];
-    st->slots_owned = s->ring         ? tk_slots_owned(s->ring, s->group, strlen(s->group), bits)
-                      : d->o.group[0] ? 0
-                                      : TK_SLOTS;
+    st->slots_owned = s->ring ? s->owned : d->o.group[0] ? 0 : TK_SLOTS;
     st->rings_applied = s->rings_applied;
     st->rings_refused = s->rings_refused;
 }

@@ -287,9 +287,7 @@ void members_slots_reply(struct tk_driver *d,
                               .to = to,
                               .term = tk_raft_term(d->core)};
     rep.slots_reply.status = status;
-    struct tk_driver_stats st;
-    tk_driver_stats(d, &st);
-    rep.slots_reply.version = st.ring_version;
+    rep.slots_reply.version = d->sl.ring ? d->sl.ring->version : 0;
     uint64_t lid = live_leader(d);
     const struct tk_raft_member *lm = lid ? member_of(d, lid) : NULL;
     if (lm && status == TK_RAFT_SLOTS_NOT_LEADER) {

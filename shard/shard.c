@@ -56,7 +56,6 @@ struct tk_shard {
     uint64_t nearly;
     struct shard_cut cut;
     struct tk_slot_view *slots; /* NULL: no ring committed yet */
-    uint64_t wrong_group;       /* W answers */
 };
 
 /* ------------------------------------------------------------------ */
@@ -184,17 +183,13 @@ static bool serves(const struct tk_shard *sh, const struct tk_msg_req *q, uint32
 static void local_request(struct tk_shard *sh, const struct tk_msg_req *q)
 {
     uint32_t slot;
-    if (!sh->leader) {
-        refuse(sh, q->client, q->id, TK_REFUSE_MOVED);
-        return;
-    }
-    if (!serves(sh, q, &slot)) {
+    /* A follower's table refuses with M (below): M before W. */
+    if (sh->leader && !serves(sh, q, &slot)) {
         struct tk_msg_reply w = {.client = q->client,
                                  .id = q->id,
                                  .token = sh->slots ? sh->slots->version : 0,
                                  .waiters = slot,
                                  .type = 'W'};
-        sh->wrong_group++;
         reply_now(sh, &w);
         return;
     }
@@ -422,6 +417,18 @@ static void install(struct tk_shard *sh, const struct tk_msg_install *in)
  * a request read after this message is judged by the new view. */
 static void set_slots(struct tk_shard *sh, struct tk_slot_view *v)
 {
+    if (v->version == 0) { /* the ring is gone (an install of a state without one) */
+        free(v);
+        v = NULL;
+    }
+    /* Until moves are built, a group's slots never shrink (the driver
+     * refuses a ring that changes them): a slot this shard may hold keys
+     * in must stay served, or its holders would be stranded while
+     * another group serves the slot. */
+    for (uint32_t w = 0; w < TK_SLOTS_WORDS && v; w++) {
+        uint64_t was = sh->slots ? sh->slots->serve[w] : sh->o.grouped ? 0 : UINT64_MAX;
+        TK_ASSERT((was & ~v->serve[w]) == 0);
+    }
     free(sh->slots);
     sh->slots = v;
 }
@@ -517,7 +524,6 @@ void tk_shard_stats(const struct tk_shard *sh, struct tk_shard_stats *st)
     st->read_barriers = sh->read_barriers;
     st->early = sh->nearly;
     st->epoch = sh->epoch;
-    st->wrong_group = sh->wrong_group;
 }
 
 void tk_shard_check(const struct tk_shard *sh)

@@ -118,7 +118,6 @@ struct tk_shard_stats {
     uint64_t read_barriers; /* barriers asked */
     uint64_t early;         /* forwarded requests waiting for a ROLE */
     uint64_t epoch;
-    uint64_t wrong_group; /* requests answered W */
 };
 
 struct tk_shard;

@@ -3,6 +3,7 @@
  * way the server's rings join its threads. Standalone (one voter), so
  * every entry commits as soon as it is proposed. */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -539,7 +540,6 @@ static uint8_t give_ring(struct node *n, const char *group, const char *text)
     f.msg.slots.ring = enc;
     f.msg.slots.ring_len = (uint32_t)len;
     memset(&last_reply, 0, sizeof(last_reply));
-    last_reply.type = 0;
     tk_driver_peer_frame(n->d, 5, &f);
     cr_assert_eq(last_reply.type, TK_RAFT_MSG_SLOTS_REPLY, "answered at once");
     return last_reply.slots_reply.status;
@@ -554,6 +554,14 @@ static uint8_t commit_ring(struct node *n, const char *group, const char *text)
         st = give_ring(n, group, text);
     }
     return st;
+}
+
+static uint32_t served(const struct tk_slot_view *v)
+{
+    uint32_t n = 0;
+    for (uint32_t w = 0; w < TK_SLOTS_WORDS; w++)
+        n += (uint32_t)__builtin_popcountll(v->serve[w]);
+    return n;
 }
 
 static const char *key_in(uint32_t lo, uint32_t hi, char *buf, size_t cap)
@@ -591,7 +599,7 @@ Test(node, a_group_without_a_name_takes_only_a_ring_that_keeps_every_slot)
         const struct tk_slot_view *v = tk_shard_slots(n.sh[i]);
         cr_assert_not_null(v);
         cr_assert_eq(v->version, 1);
-        cr_assert_eq(v->served, TK_SLOTS);
+        cr_assert_eq(served(v), TK_SLOTS);
         cr_assert_eq(v->body_len, strlen("0-16383=default@127.0.0.1:7000"));
         cr_assert_eq(memcmp(v->body, "0-16383=default@127.0.0.1:7000", v->body_len), 0);
     }
@@ -647,13 +655,33 @@ Test(node, a_named_group_serves_only_its_slots)
     cr_assert_eq(a->token, 1, "the ring's version");
     cr_assert_eq(answer_of(&n, 4)->type, 'W', "a query too");
     const struct tk_slot_view *v = tk_shard_slots(n.sh[1]);
-    cr_assert_eq(v->served, 8192);
+    cr_assert_eq(served(v), 8192);
     cr_assert_eq(v->nranges, 2);
     cr_assert_eq(v->range_end[0], strlen("0-8191=sales-a@h:1"));
     /* A ring that names this group nowhere is refused. */
     cr_assert_eq(commit_ring(&n, "sales-a", "version 2\n0-16383=sales-b@h:2\n"),
                  TK_RAFT_SLOTS_REFUSED);
     node_free(&n);
+}
+
+/* A view that takes slots away from a group would strand the holders in
+ * them: the shard crashes rather than go on. */
+Test(node, a_shard_refuses_a_view_that_shrinks_its_slots, .signal = SIGABRT)
+{
+    struct node n;
+    node_init(&n, 1024);
+    node_settle(&n);
+    struct tk_slot_view *v = calloc(1, sizeof(*v) + 2);
+    cr_assert_not_null(v);
+    v->version = 1;
+    v->serve[0] = 1; /* slot 0 only: every other slot was served before */
+    v->body = (char *)(v + 1);
+    v->body[0] = '-';
+    v->body_len = 1;
+    struct tk_msg m = {.kind = TK_MSG_SLOTS, .u.slots = {.view = v}};
+    uint8_t buf[TK_MSG_ENCODED_MAX];
+    tk_msg_encode(&m, buf);
+    tk_shard_message(n.sh[0], n.now, TK_MSG_TO_DRIVER, TK_MSG_SLOTS, buf, tk_msg_size(&m));
 }
 
 /* The entry's checks (tk_driver_check_entry): a ring entry takes no token
