@@ -107,7 +107,8 @@ static struct tk_slot_view *view_make(const struct tk_slot_ring *r, const char *
     size_t body = nr == 0 ? 1 : nr - 1; /* "-", or the ';' between ranges */
     for (uint32_t i = 0; i < nr; i++)
         body += tk_slots_fmt_range(r, i, text, sizeof(text));
-    struct tk_slot_view *v = calloc(1, view_size(nr, body));
+    /* One byte more: the formatter ends each range with a NUL. */
+    struct tk_slot_view *v = calloc(1, view_size(nr, body) + 1);
     TK_ASSERT(v != NULL);
     v->nranges = nr;
     view_point(v);
@@ -133,7 +134,7 @@ static struct tk_slot_view *view_make(const struct tk_slot_ring *r, const char *
 static void send_views(struct tk_driver *d)
 {
     struct tk_slot_view *v = view_make(SL(d)->ring, SL(d)->group);
-    size_t size = view_size(v->nranges, v->body_len);
+    size_t size = view_size(v->nranges, v->body_len) + 1;
     for (uint32_t i = 0; i < d->o.nshards; i++) {
         struct tk_msg m = {.kind = TK_MSG_SLOTS};
         if (i + 1 == d->o.nshards) {
