@@ -657,6 +657,7 @@ static void slots_fill(const struct peer *p, struct tk_raft_msg *m)
     m->slots.group = (struct tk_raft_str){p->o->group, (uint16_t)glen};
     m->slots.ring = p->ring;
     m->slots.ring_len = p->ring_len;
+    m->slots.op = TK_RAFT_SLOTS_RING;
 }
 
 /* A SLOTS_REPLY. RETRY "... being committed" means a ring, perhaps ours,

@@ -111,6 +111,9 @@ uint32_t tk_msg_size(const struct tk_msg *m)
         case TK_MSG_SLOTS:
             n = sizeof(void *);
             break;
+        case TK_MSG_HELD:
+            n = 24;
+            break;
         default:
             TK_ASSERT(!"unknown message kind");
     }
@@ -217,6 +220,11 @@ void tk_msg_encode(const struct tk_msg *m, uint8_t *out)
         case TK_MSG_SLOTS:
             TK_ASSERT(m->u.slots.view != NULL);
             PUT(&w, m->u.slots.view);
+            break;
+        case TK_MSG_HELD:
+            PUT(&w, m->u.held.epoch);
+            PUT(&w, m->u.held.seq);
+            PUT(&w, m->u.held.count);
             break;
         default:
             TK_ASSERT(!"unknown message kind");
@@ -347,6 +355,11 @@ int tk_msg_decode(uint32_t kind, const uint8_t *buf, size_t len, struct tk_msg *
             GET(&r, m->u.slots.view);
             if (m->u.slots.view == NULL)
                 r.bad = true;
+            break;
+        case TK_MSG_HELD:
+            GET(&r, m->u.held.epoch);
+            GET(&r, m->u.held.seq);
+            GET(&r, m->u.held.count);
             break;
         default:
             return TK_EPROTO;

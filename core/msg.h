@@ -33,6 +33,7 @@ enum tk_msg_kind {
     TK_MSG_SNAP_REQ,  /* driver -> shard: cut a snapshot at an index */
     TK_MSG_INSTALL,   /* driver -> shard: replace the table by a snapshot's holders */
     TK_MSG_SLOTS,     /* driver -> shard: the slots this group serves, and the ring */
+    TK_MSG_HELD, /* driver -> shard: count what the frozen slots hold; shard -> driver: the count */
     TK_MSG_KIND_END
 };
 
@@ -134,12 +135,14 @@ struct tk_msg_install {
 
 /* What a shard knows of the ring (SPEC 15), in one malloc'd block the
  * driver makes for each shard and the shard frees: the slots this group
- * serves now (owned and not frozen), the ring's version and its S body
+ * owns, those it serves now (owned and not frozen for a move: a frozen
+ * slot takes only the releases of its holders), the ring's version and its S body
  * (core/slots.h: ranges joined by ';', or "-"), and where each range's
  * text ends in it, so that an S answer is cut into lines at ranges. */
 struct tk_slot_view {
     uint64_t version; /* 0: the ring is gone, the shard has none */
-    uint64_t serve[TK_SLOTS / 64];
+    uint64_t own[TK_SLOTS / 64];
+    uint64_t serve[TK_SLOTS / 64]; /* a subset of own */
     uint32_t nranges;
     uint32_t *range_end; /* nranges offsets into body, each just past a range */
     size_t body_len;
@@ -147,6 +150,14 @@ struct tk_slot_view {
 };
 struct tk_msg_slots {
     struct tk_slot_view *view; /* never NULL */
+};
+
+/* A move's hand-over waits until nothing is held in the frozen slots
+ * (SPEC 15). The driver asks every shard (count 0), tagged with its epoch
+ * and a sequence number; a shard answers with the same tags and the keys
+ * it holds, or has a grant in flight for, in the slots its view froze. */
+struct tk_msg_held {
+    uint64_t epoch, seq, count;
 };
 
 struct tk_msg {
@@ -165,6 +176,7 @@ struct tk_msg {
         struct tk_msg_snap_req snap_req;
         struct tk_msg_install install;
         struct tk_msg_slots slots;
+        struct tk_msg_held held;
     } u;
 };
 

@@ -76,7 +76,7 @@ static void apply_entry(struct tk_driver *d, uint64_t index, const struct tk_raf
 {
     if (slots_entry_is(e->data, e->len)) {
         /* Decoded once, by the apply; a ring takes no token. */
-        if (e->token_count != 0 || slots_apply(d, e->data, e->len) != TK_OK) {
+        if (e->token_count != 0 || slots_apply(d, index, e) != TK_OK) {
             d->io.fatal(d->io.ctx, "a committed ring entry is malformed");
             return;
         }
@@ -130,7 +130,8 @@ static void install_snapshot(struct tk_driver *d, const struct tk_raft_update_in
     size_t state_len, pos;
     uint64_t header_count;
     TK_ASSERT(tk_snap_state(data, len, &header_count, &pos, &state, &state_len) == TK_OK);
-    /* The ring first: at the snapshot's index it was this one. */
+    /* The ring first (at the snapshot's index it was this one); the
+     * shards' views after their installs. */
     if (slots_state_load(d, state, state_len) != TK_OK) {
         d->io.fatal(d->io.ctx, "the snapshot's ring does not decode");
         return;
@@ -167,6 +168,7 @@ static void install_snapshot(struct tk_driver *d, const struct tk_raft_update_in
         m.u.install.index = index;
         driver_to_shard(d, i, &m); /* the shard frees data */
     }
+    slots_send_views(d);
     free(cap);
     free(in);
     driver_event(d, TK_DRIVER_EV_INSTALLED, count, len);
@@ -424,7 +426,7 @@ static void batch_add(struct tk_driver *d, const struct tk_msg_propose *p)
  * other than a full log while leading (a leadership transfer) drops every
  * batch and steps the shards down, so their keys in flight are released
  * and their clients told (M) instead of waiting forever. */
-static void propose_batches(struct tk_driver *d)
+void driver_propose_batches(struct tk_driver *d)
 {
     while (d->head && d->head->cmds > 0) {
         struct batch *b = d->head;
@@ -600,7 +602,7 @@ void tk_driver_message(struct tk_driver *d,
         case TK_MSG_PROPOSE:
             batch_add(d, &m.u.propose);
             if (d->tail && d->tail->cmds == TK_DRIVER_BATCH_CMDS_MAX)
-                propose_batches(d); /* a full batch goes at once */
+                driver_propose_batches(d); /* a full batch goes at once */
             break;
         case TK_MSG_READ:
             if (d->leader_ready)
@@ -611,6 +613,9 @@ void tk_driver_message(struct tk_driver *d,
         case TK_MSG_SNAP_PART:
             snapshot_part(d, src, &m.u.snap_part);
             break;
+        case TK_MSG_HELD:
+            slots_held(d, &m.u.held);
+            break;
         default:
             TK_ASSERT(!"unexpected message kind for the driver");
     }
@@ -618,7 +623,7 @@ void tk_driver_message(struct tk_driver *d,
 
 void tk_driver_flush(struct tk_driver *d)
 {
-    propose_batches(d);
+    driver_propose_batches(d);
     /* One read barrier covers every read the shards asked for so far. */
     bool any = false;
     for (uint32_t i = 0; i < d->o.nshards; i++)

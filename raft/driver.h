@@ -153,6 +153,8 @@ struct tk_driver_stats {
         slots_owned; /* by this group in the committed ring (TK_SLOTS with none and no --group) */
     uint64_t rings_applied; /* ring entries that changed the ring */
     uint64_t rings_refused; /* ring entries that did not (refused at their apply) */
+    uint32_t slots_frozen;  /* owned, frozen for moves in progress */
+    uint64_t moves_frozen, moves_handed, moves_claimed; /* move steps applied */
 };
 
 struct tk_driver;

@@ -96,14 +96,35 @@ struct members {
 };
 
 /* The ring (SPEC 15) in this group's replicated state (raft/driver_slots.c). */
+#define MOVES_MAX 16
+enum { MOVE_FROZEN = 1, MOVE_HANDED, MOVE_CLAIMED };
+/* A move this group takes part in: frozen here (the range still owned,
+ * served only to its holders' releases), handed over (given away, the
+ * counter recorded), or claimed (owned from the source above its
+ * counter). Finished ones stay, oldest dropped first, so a resumed step
+ * is answered as done. */
+struct slot_move {
+    uint16_t first, last;
+    uint8_t state;
+    char peer[TK_SLOTS_NAME_MAX + 1]; /* frozen, handed: the target; claimed: the source */
+    uint64_t counter; /* handed: the first token this group did not issue; claimed: the source's */
+    uint64_t index;   /* the entry that froze, handed or claimed it */
+};
+
 struct slots {
     struct tk_slot_ring *ring;         /* NULL: none committed */
     char group[TK_SLOTS_NAME_MAX + 1]; /* the group the committed ring was given to */
     uint32_t owned;                    /* slots the group owns in it */
-    /* The operator's ring this leader proposed last: until it is applied,
+    struct slot_move moves[MOVES_MAX]; /* oldest first */
+    uint32_t nmoves;
+    /* The operator's step this leader proposed last: until it is applied,
      * another request is answered RETRY (one at a time). */
     uint64_t pending_index, pending_term;
-    uint64_t rings_applied, rings_refused;
+    /* Leader: the shards' count of what the frozen slots hold (a
+     * hand-over waits for 0), asked at applied index held_applied. */
+    uint64_t held_seq, held_epoch, held_applied, held_count;
+    uint32_t held_replies;
+    uint64_t rings_applied, rings_refused, moves_frozen, moves_handed, moves_claimed;
 };
 
 struct tk_driver {
@@ -169,34 +190,48 @@ void driver_event(struct tk_driver *d, int ev, uint64_t a, uint64_t b);
 void driver_to_shard(struct tk_driver *d, uint32_t shard, const struct tk_msg *m);
 
 /* raft/driver_slots.c. A DATA entry whose u32 count is TK_DRIVER_SLOTS_MARK
- * holds a ring, not commands:
- *     u32 mark | u8 op (1: ring) | u8 name_len | group name | ring (core/slots.h)
- * It consumes no token. */
+ * holds a ring or a step of a move, not commands:
+ *     u32 mark | u8 op (enum tk_raft_slots_op) | u8 name_len | group name
+ *     ring:      | ring (core/slots.h)
+ *     freeze:    | u16 first | u16 last | u8 len | target
+ *     hand-over: | u16 first | u16 last | u8 len | target | ring
+ *     claim:     | u16 first | u16 last | u8 len | source | u64 counter | ring
+ * It consumes no token; a claim's token_first may raise the counter. */
 #define TK_DRIVER_SLOTS_MARK UINT32_MAX
 bool slots_entry_is(const uint8_t *data, uint32_t len);
 int slots_entry_check(const uint8_t *data, uint32_t len);
-/* A committed ring entry; TK_EPROTO if it does not decode (the node
- * cannot follow: fatal), and then nothing changed. */
-int slots_apply(struct tk_driver *d, const uint8_t *data, uint32_t len);
+/* A committed ring entry at index; TK_EPROTO if it does not decode (the
+ * node cannot follow: fatal), and then nothing changed. */
+int slots_apply(struct tk_driver *d, uint64_t index, const struct tk_raft_entry *e);
 /* Leader, from membership.c: an operator's SLOTS frame, answered at once
- * on its link: OK (this ring is the committed one), REFUSED with why,
- * RETRY while it (or another) is being committed, so that the operator
+ * on its link: OK (done: this ring is the committed one, or the step is
+ * committed), REFUSED with why, RETRY while it (or another) is being
+ * committed or the frozen slots still hold keys, so that the operator
  * asks again until OK or REFUSED. */
 void slots_request(struct tk_driver *d, uint64_t link, const struct tk_raft_msg *msg);
+/* A shard's answer to a count of the frozen slots (TK_MSG_HELD). */
+void slots_held(struct tk_driver *d, const struct tk_msg_held *h);
 void slots_stats(const struct tk_driver *d, struct tk_driver_stats *st);
 /* The state a snapshot carries, malloc'd (NULL and *len 0: no ring). */
 uint8_t *slots_state(const struct tk_driver *d, size_t *len);
-/* An install: the ring becomes the blob's state (NULL: none). TK_EPROTO
- * if it does not decode, and then nothing changed. */
+/* An install: the ring and the moves become the blob's state (NULL:
+ * none), the shards' views wait for slots_send_views() (after the
+ * installs: a view that takes slots away judges the installed table).
+ * TK_EPROTO if it does not decode, and then nothing changed. */
 int slots_state_load(struct tk_driver *d, const uint8_t *state, size_t len);
+void slots_send_views(struct tk_driver *d);
 void slots_free(struct tk_driver *d);
+/* raft/driver.c: proposes the waiting batches (a claim first needs none
+ * numbered from the counter it raises). */
+void driver_propose_batches(struct tk_driver *d);
 
 /* raft/membership.c: answers an operator's SLOTS frame on its link. */
 void members_slots_reply(struct tk_driver *d,
                          uint64_t link,
                          uint64_t to,
                          uint8_t status,
-                         const char *why);
+                         const char *why,
+                         uint64_t counter);
 
 /* raft/membership.c */
 void members_init(struct tk_driver *d);

@@ -233,12 +233,14 @@ void raft_recv_vote_reply(struct tk_raft *r, const struct tk_raft_msg *m);
 void raft_recv_timeout_now(struct tk_raft *r, const struct tk_raft_msg *m);
 
 /* replication.c */
-/* Appends one entry to the log as leader: term, index and tokens are set
- * here. Takes ownership of data (malloc'd or NULL). */
+/* Appends one entry to the log as leader: term and index are set here,
+ * tokens from token_first (0: the counter; above it only to raise it, a
+ * DATA entry's). Takes ownership of data (malloc'd or NULL). */
 int raft_leader_append(struct tk_raft *r,
                        uint8_t type,
                        uint8_t *data,
                        uint32_t len,
+                       uint64_t token_first,
                        uint32_t token_count);
 void raft_replicate_all(struct tk_raft *r, bool heartbeat);
 void raft_send_append(struct tk_raft *r, int slot, bool heartbeat);

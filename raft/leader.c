@@ -2,7 +2,8 @@
  * transfer, read barriers.
  *
  * Proposals (SPEC 7): the driver reads tk_raft_next_token(), numbers the
- * grants of its batch from it, and proposes with token_first equal to it;
+ * grants of its batch from it, and proposes with token_first equal to it
+ * (or above it, to raise the counter for claimed slots, SPEC 15);
  * the leader appends the batch as one DATA entry whose tokens follow the
  * log's counter. A new leader's counter is the one after its last entry,
  * hence above every token in its log, committed or not.
@@ -36,7 +37,8 @@ int raft_propose(struct tk_raft *r, const struct tk_raft_event *ev, struct tk_ra
     }
     if (len > TK_RAFT_ENTRY_BYTES_MAX || (len > 0 && ev->propose.data == NULL))
         return TK_EINVAL;
-    if (ev->propose.token_first != raft_log_token_next(&r->log))
+    /* Above the counter only to raise it (a claimed slot range, SPEC 15). */
+    if (ev->propose.token_first < raft_log_token_next(&r->log))
         return TK_EINVAL;
     if (ev->propose.token_first > UINT64_MAX - ev->propose.token_count)
         return TK_EINVAL;
@@ -51,7 +53,8 @@ int raft_propose(struct tk_raft *r, const struct tk_raft_event *ev, struct tk_ra
             return TK_ENOMEM;
         memcpy(data, ev->propose.data, len);
     }
-    int rv = raft_leader_append(r, TK_RAFT_DATA, data, len, ev->propose.token_count);
+    int rv = raft_leader_append(r, TK_RAFT_DATA, data, len, ev->propose.token_first,
+                                ev->propose.token_count);
     if (rv != TK_OK) {
         free(data);
         return rv;
@@ -117,7 +120,7 @@ int raft_change(struct tk_raft *r, const struct tk_raft_event *ev, struct tk_raf
     size_t len = tk_raft_config_encode(&c, buf, TK_RAFT_CONFIG_ENCODED_MAX);
     TK_ASSERT(len > 0);
     /* len <= TK_RAFT_CONFIG_ENCODED_MAX (a few KiB): fits. */
-    rv = raft_leader_append(r, TK_RAFT_CONFIG, buf, (uint32_t)len, 0);
+    rv = raft_leader_append(r, TK_RAFT_CONFIG, buf, (uint32_t)len, 0, 0);
     if (rv != TK_OK) {
         free(buf);
         return rv;

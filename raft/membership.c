@@ -280,13 +280,15 @@ void members_slots_reply(struct tk_driver *d,
                          uint64_t link,
                          uint64_t to,
                          uint8_t status,
-                         const char *why)
+                         const char *why,
+                         uint64_t counter)
 {
     struct tk_raft_msg rep = {.type = TK_RAFT_MSG_SLOTS_REPLY,
                               .from = M(d)->self_id,
                               .to = to,
                               .term = tk_raft_term(d->core)};
     rep.slots_reply.status = status;
+    rep.slots_reply.counter = counter;
     rep.slots_reply.version = d->sl.ring ? d->sl.ring->version : 0;
     uint64_t lid = live_leader(d);
     const struct tk_raft_member *lm = lid ? member_of(d, lid) : NULL;
@@ -909,7 +911,7 @@ void tk_driver_peer_frame(struct tk_driver *d, uint64_t link, const struct tk_wi
          * ring (raft/driver_slots.c). A standalone driver takes it too
          * (the simulation's), though ticketingd has no peer port then. */
         if (tk_raft_role(d->core) != TK_RAFT_LEADER || !d->leader_ready)
-            members_slots_reply(d, link, f->msg.from, TK_RAFT_SLOTS_NOT_LEADER, NULL);
+            members_slots_reply(d, link, f->msg.from, TK_RAFT_SLOTS_NOT_LEADER, NULL, 0);
         else
             slots_request(d, link, &f->msg);
         return;

@@ -200,7 +200,7 @@ void raft_become_leader(struct tk_raft *r)
      * an entry of the current one (§5.4.2), and the read index (§6.4)
      * needs it committed. Its token_first carries the counter, which is
      * already above every token in this log (SPEC 7). */
-    if (raft_leader_append(r, TK_RAFT_NOOP, NULL, 0, 0) != TK_OK) {
+    if (raft_leader_append(r, TK_RAFT_NOOP, NULL, 0, 0, 0) != TK_OK) {
         raft_become_follower(r, r->term, 0);
         return;
     }

@@ -52,7 +52,8 @@
  * Proposals and tokens (SPEC 7): read t = tk_raft_next_token(r), number
  * the GRANT/HANDOFF commands of the batch t, t+1, ..., t+k-1, encode, and
  * call tk_raft_propose(r, data, len, t, k, ...) with no step in between.
- * The core checks token_first == t and appends one DATA entry. If the
+ * The core checks token_first >= t (above t only to raise the counter:
+ * a group claiming moved slots, SPEC 15) and appends one DATA entry. If the
  * proposal is refused (TK_ENOTLEADER: not leader or a transfer runs;
  * TK_EFULL: log bound reached), the shards' proposals cannot be kept:
  * tk_lock_follow() the shards for the rest of this term (lock.h).
@@ -214,6 +215,14 @@ enum tk_raft_slots_status {
 };
 #define TK_RAFT_SLOTS_WHY_MAX 255 /* SLOTS_REPLY's why: bytes 0x20-0x7E */
 
+/* SLOTS: what the operator asks (SPEC 15 moves; raft/driver_slots.c). */
+enum tk_raft_slots_op {
+    TK_RAFT_SLOTS_RING = 1,     /* the ring becomes the group's */
+    TK_RAFT_SLOTS_FREEZE = 2,   /* the source stops serving the range */
+    TK_RAFT_SLOTS_HANDOVER = 3, /* the source gives it away with its counter */
+    TK_RAFT_SLOTS_CLAIM = 4,    /* the target owns it above that counter */
+};
+
 /* A string that points into someone else's buffer (not NUL-terminated). */
 struct tk_raft_str {
     const char *p;
@@ -309,7 +318,15 @@ struct tk_raft_msg {
         struct {                      /* SLOTS */
             struct tk_raft_str group; /* the group the ring is meant for */
             const uint8_t *ring;      /* core/slots.h encoding, checked by the driver */
-            uint32_t ring_len;        /* <= TK_SLOTS_ENCODED_MAX */
+            uint32_t ring_len;        /* <= TK_SLOTS_ENCODED_MAX; 0 for a freeze */
+            /* A step of a move (ticketctl slots move), or a ring alone:
+             * op (enum tk_raft_slots_op), the range, the other group
+             * (freeze, hand-over: the target; claim: the source) and the
+             * source's counter (claim). */
+            uint8_t op;
+            uint16_t first, last;
+            struct tk_raft_str peer;
+            uint64_t counter;
         } slots;
         struct {                /* SLOTS_REPLY */
             uint8_t status;     /* enum tk_raft_slots_status */
@@ -317,6 +334,7 @@ struct tk_raft_msg {
             uint64_t leader_id; /* NOT_LEADER: 0 if unknown */
             struct tk_raft_str leader_peer_addr;
             struct tk_raft_str why; /* REFUSED: a sentence */
+            uint64_t counter;       /* OK of a hand-over: the source's counter */
             uint8_t mac[32];        /* as JOIN_REPLY's (tk_wire_reply_text) */
         } slots_reply;
         struct {           /* PROBE_REPLY; the frame header carries the domain */

@@ -15,9 +15,10 @@
  * follower's own snapshot are skipped (they are committed, hence equal),
  * and a follower out of memory stores a prefix and acknowledges only it.
  * Before anything changes, raft_append_check() refuses what no correct
- * leader sends: index gaps, terms going down, tokens that do not continue
- * the counter (SPEC 7: each entry's token_first is the previous entry's
- * token_first + token_count), configs that do not decode or belong to
+ * leader sends: index gaps, terms going down, tokens that go back (SPEC
+ * 7: each entry's token_first is at least the previous entry's
+ * token_first + token_count; above it only where a claim raised the
+ * counter, SPEC 15), configs that do not decode or belong to
  * another domain, a second leader in one term, and a log that contradicts
  * a committed entry. Such a message is dropped and counted; the node goes
  * on (a peer's bug must not take it down).
@@ -38,14 +39,17 @@ int raft_leader_append(struct tk_raft *r,
                        uint8_t type,
                        uint8_t *data,
                        uint32_t len,
+                       uint64_t token_first,
                        uint32_t token_count)
 {
     TK_ASSERT(r->role == TK_RAFT_LEADER);
-    TK_ASSERT(type == TK_RAFT_DATA || token_count == 0);
+    TK_ASSERT(type == TK_RAFT_DATA || (token_count == 0 && token_first == 0));
+    uint64_t next = raft_log_token_next(&r->log);
+    TK_ASSERT(token_first == 0 || token_first >= next);
     struct tk_raft_entry e = {
         .term = r->term,
         .index = raft_log_last(&r->log) + 1,
-        .token_first = raft_log_token_next(&r->log),
+        .token_first = token_first ? token_first : next,
         .token_count = token_count,
         .type = type,
         .len = len,
@@ -316,7 +320,7 @@ static bool append_valid(const struct tk_raft *r, const struct tk_raft_msg *m)
             return false;
         if (e->token_first > UINT64_MAX - e->token_count)
             return false;
-        if (i > 0 && e->token_first != token)
+        if (i > 0 && e->token_first < token) /* a raise (SPEC 15) may skip tokens */
             return false;
         if (e->type == TK_RAFT_CONFIG) {
             struct tk_raft_config c;
@@ -402,7 +406,7 @@ bool raft_append_check(const struct tk_raft *r, const struct tk_raft_msg *m)
         /* The first entry stored continues the counter of the entry before
          * it, which is ours and matches (entry 1 starts the counter). */
         uint64_t before = i == 0 ? token_after(r, prev) : tk_raft_entry_token_next(&ents[i - 1]);
-        return index == 1 || e->token_first == before;
+        return index == 1 || e->token_first >= before;
     }
     return true;
 }

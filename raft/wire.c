@@ -102,10 +102,11 @@ static size_t payload_len(const struct tk_raft_msg *m)
         case TK_RAFT_MSG_REMOVE:
             return 8;
         case TK_RAFT_MSG_SLOTS:
-            return 2 + (size_t)m->slots.group.len + 4 + m->slots.ring_len;
+            return 2 + (size_t)m->slots.group.len + 4 + m->slots.ring_len + 1 + 2 + 2 + 2 +
+                   m->slots.peer.len + 8;
         case TK_RAFT_MSG_SLOTS_REPLY:
             return 1 + 8 + 8 + 2 + (size_t)m->slots_reply.leader_peer_addr.len + 2 +
-                   m->slots_reply.why.len + sizeof(m->slots_reply.mac);
+                   m->slots_reply.why.len + 8 + sizeof(m->slots_reply.mac);
         case TK_RAFT_MSG_BOOT:
             return BOOT_FIXED_LEN + (m->boot.config ? config_len(m->boot.config) : 0);
         default:
@@ -238,6 +239,11 @@ static void encode_payload(struct wbuf *w, const struct tk_raft_msg *m)
             w_str(w, m->slots.group);
             w_u32(w, m->slots.ring_len);
             w_bytes(w, m->slots.ring, m->slots.ring_len);
+            w_u8(w, m->slots.op);
+            w_u16(w, m->slots.first);
+            w_u16(w, m->slots.last);
+            w_str(w, m->slots.peer);
+            w_u64(w, m->slots.counter);
             break;
         case TK_RAFT_MSG_SLOTS_REPLY:
             w_u8(w, m->slots_reply.status);
@@ -245,6 +251,7 @@ static void encode_payload(struct wbuf *w, const struct tk_raft_msg *m)
             w_u64(w, m->slots_reply.leader_id);
             w_str(w, m->slots_reply.leader_peer_addr);
             w_str(w, m->slots_reply.why);
+            w_u64(w, m->slots_reply.counter);
             w_bytes(w, m->slots_reply.mac, sizeof(m->slots_reply.mac));
             break;
         case TK_RAFT_MSG_BOOT:
@@ -537,6 +544,14 @@ static void decode_payload(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire
                 r->bad = true;
             else
                 m->slots.ring = r_bytes(r, m->slots.ring_len);
+            m->slots.op = r_u8(r);
+            m->slots.first = r_u16(r);
+            m->slots.last = r_u16(r);
+            m->slots.peer = r_str(r, true);
+            m->slots.counter = r_u64(r);
+            if (m->slots.op < TK_RAFT_SLOTS_RING || m->slots.op > TK_RAFT_SLOTS_CLAIM ||
+                m->slots.first > m->slots.last || m->slots.last >= TK_SLOTS)
+                r->bad = true;
             break;
         case TK_RAFT_MSG_SLOTS_REPLY: {
             m->slots_reply.status = r_u8(r);
@@ -544,6 +559,7 @@ static void decode_payload(struct rbuf *r, struct tk_raft_msg *m, struct tk_wire
             m->slots_reply.leader_id = r_u64(r);
             m->slots_reply.leader_peer_addr = r_str(r, true);
             m->slots_reply.why = r_text(r, true, 0x20);
+            m->slots_reply.counter = r_u64(r);
             const uint8_t *smac = r_bytes(r, sizeof(m->slots_reply.mac));
             if (smac)
                 memcpy(m->slots_reply.mac, smac, sizeof(m->slots_reply.mac));
@@ -643,6 +659,8 @@ size_t tk_wire_reply_text(const struct tk_raft_msg *m, char *out, size_t cap)
         n += put_str(out + n, &m->slots_reply.leader_peer_addr);
         out[n++] = ' ';
         n += put_str(out + n, &m->slots_reply.why);
+        out[n++] = ' ';
+        n += put_hex16(out + n, m->slots_reply.counter);
     }
     TK_ASSERT(n <= cap);
     return n;

@@ -102,9 +102,9 @@ size_t tk_wire_encode(const struct tk_wire_frame *f, uint8_t *buf, size_t cap);
 /* The text a reply's mac covers, into out; its length. JOIN_REPLY:
  * "<status> <leader id, 16 hex> <leader peer address or ->"; SLOTS_REPLY:
  * "slots <status> <version, 16 hex> <leader id, 16 hex> <leader peer
- * address or -> <why or ->". The sender and the receiver (ticketctl
+ * address or -> <why or -> <counter, 16 hex>". The sender and the receiver (ticketctl
  * remove-member, ring apply) make it the same way. */
-#define TK_WIRE_REPLY_TEXT_MAX (6 + 2 + 17 + 17 + 256 + 256)
+#define TK_WIRE_REPLY_TEXT_MAX (6 + 2 + 17 + 17 + 256 + 256 + 17)
 size_t tk_wire_reply_text(const struct tk_raft_msg *m, char *out, size_t cap);
 
 #endif

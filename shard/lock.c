@@ -18,6 +18,7 @@
  * path that may leave a key idle ends in lock_key_tidy(), which frees the
  * lead and then the key if it holds nothing.
  */
+#include "core/slots.h"
 #include "shard/lock_internal.h"
 
 #include <stddef.h>
@@ -442,6 +443,7 @@ static struct lock_key *lock_holder_set(struct tk_lock_table *t,
     if (k->token == 0) {
         t->nheld++;
         t->held_bytes += k->key_len;
+        t->slot_held[tk_slot(k->bytes, k->key_len)]++;
     }
     t->held_bytes += (uint64_t)c->owner_len - k->owner_len;
     k->token = c->token;
@@ -472,6 +474,9 @@ static void lock_holder_clear(struct tk_lock_table *t, struct lock_key *k)
     k->lease_due_us = 0;
     k->owner_len = 0;
     t->nheld--;
+    uint32_t slot = tk_slot(k->bytes, k->key_len);
+    TK_ASSERT(t->slot_held[slot] > 0);
+    t->slot_held[slot]--;
 }
 
 /* After a proposal of this leader committed: the next step for the key.
@@ -692,6 +697,62 @@ void tk_lock_tick(struct tk_lock_table *t, uint64_t now_us, const struct tk_lock
     TK_ASSERT(tk_lock_next_deadline(t) > now_us);
 }
 
+/* ---- Slots (SPEC 15) ------------------------------------------------------ */
+
+uint64_t tk_lock_held_in(const struct tk_lock_table *t, const uint64_t *slots)
+{
+    uint64_t n = 0;
+    for (uint32_t s = 0; s < TK_SLOTS; s++)
+        if (tk_slots_bit(slots, s))
+            n += t->slot_held[s];
+    /* A grant in flight on a free key holds it once it commits. */
+    for (uint64_t i = 0; i < t->nflight; i++) {
+        const struct lock_key *k = t->flight[i];
+        if (k->token == 0 && tk_slots_bit(slots, tk_slot(k->bytes, k->key_len)))
+            n++;
+    }
+    return n;
+}
+
+uint32_t tk_lock_held_at(const struct tk_lock_table *t, uint32_t slot)
+{
+    TK_ASSERT(slot < TK_SLOTS);
+    return t->slot_held[slot];
+}
+
+uint64_t tk_lock_move_waiters(struct tk_lock_table *t,
+                              const uint64_t *slots,
+                              uint64_t ring_version,
+                              const struct tk_lock_sink *sink)
+{
+    if (t->nwaiters == 0)
+        return 0;
+    /* Collected first: removing from the heap reorders it. */
+    struct lock_req **out = malloc(t->nwaiters * sizeof(*out));
+    TK_ASSERT(out != NULL && "out of memory answering the waiters of frozen slots");
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < t->waits.n; i++) {
+        struct lock_req *r = LOCK_CONTAINER(t->waits.v[i].slot, struct lock_req, wait_slot);
+        if (tk_slots_bit(slots, tk_slot(r->key->bytes, r->key->key_len)))
+            out[n++] = r;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        struct lock_req *r = out[i];
+        struct lock_key *k = r->key;
+        lock_waiter_remove(t, r);
+        struct tk_lock_reply w = {.type = 'W',
+                                  .client = r->client,
+                                  .id = r->id,
+                                  .token = ring_version,
+                                  .waiters = tk_slot(k->bytes, k->key_len)};
+        sink->reply(sink->ctx, &w);
+        free(r);
+        lock_key_tidy(t, k);
+    }
+    free(out);
+    return n;
+}
+
 uint64_t tk_lock_next_deadline(const struct tk_lock_table *t)
 {
     if (!t->leader)
@@ -845,6 +906,7 @@ void tk_lock_clear(struct tk_lock_table *t)
     t->nheld = 0;
     t->held_bytes = 0;
     t->max_token = 0;
+    memset(t->slot_held, 0, sizeof(t->slot_held));
     TK_ASSERT(t->nkeys == 0);
     TK_ASSERT(t->nflight == 0);
 }

@@ -60,7 +60,7 @@ struct tk_lock_req {
 /* A reply to send on the client's connection. Pointers are valid only during
  * the sink call. */
 struct tk_lock_reply {
-    char type; /* 'G' 'T' 'B' 'R' 'N' 'Q' */
+    char type; /* 'G' 'T' 'B' 'R' 'N' 'Q', 'W' (tk_lock_move_waiters) */
     uint64_t client;
     uint64_t id;
     uint64_t token;      /* G; Q (0 when free) */
@@ -199,6 +199,20 @@ uint64_t tk_lock_next_deadline(const struct tk_lock_table *t);
 void tk_lock_client_closed(struct tk_lock_table *t, uint64_t client);
 
 void tk_lock_stats(const struct tk_lock_table *t, struct tk_lock_stats *out);
+
+/* Slots (SPEC 15; slots is a bitmap of TK_SLOTS bits, core/slots.h).
+ * tk_lock_held_in(): the keys of those slots that have a committed holder
+ * or a grant in flight (what a move must wait for). O(TK_SLOTS + keys in
+ * flight). tk_lock_held_at(): committed holders of one slot. */
+uint64_t tk_lock_held_in(const struct tk_lock_table *t, const uint64_t *slots);
+uint32_t tk_lock_held_at(const struct tk_lock_table *t, uint32_t slot);
+/* Leader: every waiter queued on a key of those slots (frozen for a move)
+ * is answered 'W' (token = ring_version, waiters = the slot) and removed;
+ * returns how many. Holders and proposals in flight stay. */
+uint64_t tk_lock_move_waiters(struct tk_lock_table *t,
+                              const uint64_t *slots,
+                              uint64_t ring_version,
+                              const struct tk_lock_sink *sink);
 
 /* Calls fn for every committed holder (snapshots), as a GRANT with the
  * holder's token, owner and lease_ms. fn must not modify the table. O(keys). */

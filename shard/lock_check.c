@@ -2,6 +2,7 @@
  * snapshot, and the O(n) consistency check the tests run after every step. */
 #include "shard/lock_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void tk_lock_stats(const struct tk_lock_table *t, struct tk_lock_stats *out)
@@ -85,6 +86,7 @@ void tk_lock_each_holder_left(const struct tk_lock_table *t,
 struct check_ctx {
     const struct tk_lock_table *t;
     uint64_t keys, held, held_bytes, waiters, deferred, flight, leases, leads;
+    uint32_t *slot_held; /* TK_SLOTS counts */
 };
 
 static uint64_t check_waiters(const struct tk_lock_table *t,
@@ -174,6 +176,7 @@ static void check_key(void *ctx, struct lock_key *k)
     TK_ASSERT(k->owner_len <= k->owner_cap);
     if (k->token != 0) {
         c->held++;
+        c->slot_held[tk_slot(k->bytes, k->key_len)]++;
         c->held_bytes += (uint64_t)k->key_len + k->owner_len;
         TK_ASSERT(k->token <= t->max_token);
         TK_ASSERT(k->owner_len >= 1);
@@ -264,13 +267,16 @@ static uint64_t check_clients(const struct tk_lock_table *t)
 
 void tk_lock_check(const struct tk_lock_table *t)
 {
-    struct check_ctx c = {.t = t};
+    struct check_ctx c = {.t = t, .slot_held = calloc(TK_SLOTS, sizeof(uint32_t))};
+    TK_ASSERT(c.slot_held != NULL);
     check_index(t);
     tk_timer_check(&t->leases);
     tk_timer_check(&t->waits);
     lock_keys_each(t, check_key, &c);
     TK_ASSERT(c.keys == t->nkeys);
     TK_ASSERT(c.held == t->nheld);
+    TK_ASSERT(memcmp(c.slot_held, t->slot_held, sizeof(t->slot_held)) == 0);
+    free(c.slot_held);
     TK_ASSERT(c.held_bytes == t->held_bytes);
     TK_ASSERT(c.waiters == t->nwaiters);
     TK_ASSERT(t->waits.n == t->nwaiters);

@@ -178,6 +178,9 @@ struct tk_lock_table {
     uint64_t ndeferred;
     uint64_t held_bytes; /* key_len + owner_len of every held key */
     uint64_t max_token;  /* largest token applied since the last clear */
+    /* Committed holders per slot (SPEC 15): a move hands slots over only
+     * once they hold nothing, and /status shows keys held per range. */
+    uint32_t slot_held[TK_SLOTS];
     struct lock_cut cut;
     struct tk_lock_stats counters; /* the cumulative fields only */
 };

@@ -169,7 +169,8 @@ void tk_shard_flush(struct tk_shard *sh)
 
 /* SPEC 15: whether this group serves the key's slot at its committed
  * state. With no ring, a group named by --group serves nothing yet and
- * one without serves every slot. */
+ * one without serves every slot. A slot frozen for a move still takes the
+ * release of a holder (the move waits for them), nothing else. */
 static bool serves(const struct tk_shard *sh, const struct tk_msg_req *q, uint32_t *slot)
 {
     if (!sh->slots) {
@@ -177,7 +178,7 @@ static bool serves(const struct tk_shard *sh, const struct tk_msg_req *q, uint32
         return !sh->o.grouped;
     }
     *slot = tk_slot(q->key, q->key_len);
-    return tk_slots_bit(sh->slots->serve, *slot);
+    return tk_slots_bit(q->type == 'R' ? sh->slots->own : sh->slots->serve, *slot);
 }
 
 static void local_request(struct tk_shard *sh, const struct tk_msg_req *q)
@@ -412,25 +413,52 @@ static void install(struct tk_shard *sh, const struct tk_msg_install *in)
     free(in->data);
 }
 
-/* The ring changed (a committed entry or an install). Ownership only
- * changes at a committed entry, in the order of the commands around it:
- * a request read after this message is judged by the new view. */
+/* The ring changed (a committed entry, or after an install). Ownership
+ * only changes at a committed entry, in the order of the commands around
+ * it: a request read after this message is judged by the new view. */
 static void set_slots(struct tk_shard *sh, struct tk_slot_view *v)
 {
     if (v->version == 0) { /* the ring is gone (an install of a state without one) */
         free(v);
         v = NULL;
     }
-    /* Until moves are built, a group's slots never shrink (the driver
-     * refuses a ring that changes them): a slot this shard may hold keys
-     * in must stay served, or its holders would be stranded while
-     * another group serves the slot. */
-    for (uint32_t w = 0; w < TK_SLOTS_WORDS && v; w++) {
-        uint64_t was = sh->slots ? sh->slots->serve[w] : sh->o.grouped ? 0 : UINT64_MAX;
-        TK_ASSERT((was & ~v->serve[w]) == 0);
+    uint64_t gone[TK_SLOTS_WORDS], frozen[TK_SLOTS_WORDS];
+    bool any_gone = false, any_frozen = false;
+    for (uint32_t w = 0; w < TK_SLOTS_WORDS; w++) {
+        uint64_t all = sh->o.grouped ? 0 : UINT64_MAX;
+        uint64_t own = sh->slots ? sh->slots->own[w] : all;
+        uint64_t serve = sh->slots ? sh->slots->serve[w] : all;
+        gone[w] = own & ~(v ? v->own[w] : all);
+        frozen[w] = serve & ~gone[w] & ~(v ? v->serve[w] : all);
+        any_gone |= gone[w] != 0;
+        any_frozen |= frozen[w] != 0;
     }
+    /* A group gives slots away only by a move's hand-over, which the
+     * leader commits once they hold nothing; every member applied the
+     * same commands before it. Holders left behind would be stranded
+     * while another group grants their keys: stop instead. */
+    if (any_gone)
+        TK_ASSERT(tk_lock_held_in(sh->table, gone) == 0 && "slots handed over with keys held");
+    /* Waiters of newly frozen slots are answered W (SPEC 15); their
+     * holders stay until they release or their leases run out. */
+    if (any_frozen && sh->leader)
+        tk_lock_move_waiters(sh->table, frozen, v ? v->version : 0, &sh->sink);
     free(sh->slots);
     sh->slots = v;
+}
+
+/* The driver asks what the frozen slots still hold (a move's hand-over
+ * waits for nothing). */
+static void held_answer(struct tk_shard *sh, const struct tk_msg_held *ask)
+{
+    uint64_t frozen[TK_SLOTS_WORDS];
+    for (uint32_t w = 0; w < TK_SLOTS_WORDS; w++)
+        frozen[w] = sh->slots ? sh->slots->own[w] & ~sh->slots->serve[w] : 0;
+    struct tk_msg m = {
+        .kind = TK_MSG_HELD,
+        .u.held = {
+            .epoch = sh->epoch, .seq = ask->seq, .count = tk_lock_held_in(sh->table, frozen)}};
+    tk_msg_send(&sh->out, TK_MSG_TO_DRIVER, &m);
 }
 
 const struct tk_slot_view *tk_shard_slots(const struct tk_shard *sh)
@@ -492,6 +520,10 @@ void tk_shard_message(struct tk_shard *sh,
         case TK_MSG_SLOTS:
             TK_ASSERT(from_driver);
             set_slots(sh, m.u.slots.view);
+            break;
+        case TK_MSG_HELD:
+            TK_ASSERT(from_driver);
+            held_answer(sh, &m.u.held);
             break;
         default:
             TK_ASSERT(!"unexpected message kind for a shard");

@@ -444,8 +444,8 @@ Test(trust, authenticated_links_cannot_fill_the_table)
     uint64_t want = (uint64_t)opened - 24, evicted = 0;
     for (uint64_t end = tk_test_ms() + 5000; tk_test_ms() < end && evicted < want; usleep(50000))
         evicted = metric(l, "ticketing_peer_links_evicted_total{reason=\"idle\"}");
-    cr_assert_geq(evicted, want, "%llu of %d idle links evicted",
-                  (unsigned long long)evicted, opened);
+    cr_assert_geq(evicted, want, "%llu of %d idle links evicted", (unsigned long long)evicted,
+                  opened);
     for (int k = 0; k < 5; k++)
         cr_assert(tk_peer_banner(cl.node[l].port + 1, 2000), "connection %d got no banner", k);
     /* The members' own links are not the idle ones: a follower restarted

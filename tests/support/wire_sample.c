@@ -125,6 +125,11 @@ struct tk_wire_frame tk_wire_sample(uint8_t type, const struct tk_raft_config *c
             m->slots.group = sample_str("sales-b");
             m->slots.ring = ring;
             m->slots.ring_len = sizeof(ring);
+            m->slots.op = TK_RAFT_SLOTS_CLAIM;
+            m->slots.first = 100;
+            m->slots.last = 8191;
+            m->slots.peer = sample_str("sales-a");
+            m->slots.counter = 1796284995487521ull;
             break;
         }
         case TK_RAFT_MSG_SLOTS_REPLY:
@@ -133,6 +138,7 @@ struct tk_wire_frame tk_wire_sample(uint8_t type, const struct tk_raft_config *c
             m->slots_reply.leader_id = 99;
             m->slots_reply.leader_peer_addr = sample_str("leader:7401");
             m->slots_reply.why = sample_str("version 7 is not newer than this group's ring");
+            m->slots_reply.counter = 1796284995487522ull;
             break;
         case TK_RAFT_MSG_BOOT:
             m->boot.phase = TK_BOOT_ACCEPT;

@@ -539,6 +539,7 @@ static uint8_t give_ring(struct node *n, const char *group, const char *text)
     f.msg.slots.group = (struct tk_raft_str){group, (uint16_t)strlen(group)};
     f.msg.slots.ring = enc;
     f.msg.slots.ring_len = (uint32_t)len;
+    f.msg.slots.op = TK_RAFT_SLOTS_RING;
     memset(&last_reply, 0, sizeof(last_reply));
     tk_driver_peer_frame(n->d, 5, &f);
     cr_assert_eq(last_reply.type, TK_RAFT_MSG_SLOTS_REPLY, "answered at once");
@@ -664,24 +665,27 @@ Test(node, a_named_group_serves_only_its_slots)
     node_free(&n);
 }
 
-/* A view that takes slots away from a group would strand the holders in
- * them: the shard crashes rather than go on. */
-Test(node, a_shard_refuses_a_view_that_shrinks_its_slots, .signal = SIGABRT)
+/* A view that takes slots away from a group while it holds keys in them
+ * would strand the holders: the shard crashes rather than go on. */
+Test(node, a_shard_refuses_a_view_that_takes_away_slots_it_holds_keys_in, .signal = SIGABRT)
 {
     struct node n;
     node_init(&n, 1024);
     node_settle(&n);
+    request(&n, 0, 'A', "show-42", 1);
+    node_settle(&n);
+    cr_assert_eq(answer_of(&n, 1)->type, 'G');
+    uint32_t sh = tk_cmd_shard("show-42", 7, NSHARDS);
     struct tk_slot_view *v = calloc(1, sizeof(*v) + 2);
     cr_assert_not_null(v);
-    v->version = 1;
-    v->serve[0] = 1; /* slot 0 only: every other slot was served before */
+    v->version = 1; /* owns nothing: every slot was owned before */
     v->body = (char *)(v + 1);
     v->body[0] = '-';
     v->body_len = 1;
     struct tk_msg m = {.kind = TK_MSG_SLOTS, .u.slots = {.view = v}};
     uint8_t buf[TK_MSG_ENCODED_MAX];
     tk_msg_encode(&m, buf);
-    tk_shard_message(n.sh[0], n.now, TK_MSG_TO_DRIVER, TK_MSG_SLOTS, buf, tk_msg_size(&m));
+    tk_shard_message(n.sh[sh], n.now, TK_MSG_TO_DRIVER, TK_MSG_SLOTS, buf, tk_msg_size(&m));
 }
 
 /* The entry's checks (tk_driver_check_entry): a ring entry takes no token

@@ -445,10 +445,14 @@ Test(raft, token_mismatch_is_refused)
     sim_bootstrap(&C, 0);
     struct tk_raft_update up;
     uint64_t t = tk_raft_next_token(C.nodes[0].r);
-    cr_assert_eq(tk_raft_propose(C.nodes[0].r, (const uint8_t *)"x", 1, t + 1, 1, C.now, &up),
-                 TK_EINVAL);
+    cr_assert_eq(tk_raft_propose(C.nodes[0].r, (const uint8_t *)"x", 1, t - 1, 1, C.now, &up),
+                 TK_EINVAL, "below the counter");
     cr_assert_eq(tk_raft_propose(C.nodes[0].r, (const uint8_t *)"x", 1, t, 3, C.now, &up), TK_OK);
     cr_assert_eq(tk_raft_next_token(C.nodes[0].r), t + 3);
+    /* Above it: the counter is raised (a claim of moved slots, SPEC 15). */
+    cr_assert_eq(tk_raft_propose(C.nodes[0].r, (const uint8_t *)"x", 1, t + 100, 0, C.now, &up),
+                 TK_OK);
+    cr_assert_eq(tk_raft_next_token(C.nodes[0].r), t + 100);
 }
 
 Test(raft, read_barrier_confirms_after_a_majority_round)

@@ -148,6 +148,11 @@ static void assert_same(const struct tk_wire_frame *a, const struct tk_wire_fram
             cr_assert(str_eq(x->slots.group, y->slots.group));
             cr_assert_eq(x->slots.ring_len, y->slots.ring_len);
             cr_assert_eq(memcmp(x->slots.ring, y->slots.ring, x->slots.ring_len), 0);
+            cr_assert_eq(x->slots.op, y->slots.op);
+            cr_assert_eq(x->slots.first, y->slots.first);
+            cr_assert_eq(x->slots.last, y->slots.last);
+            cr_assert(str_eq(x->slots.peer, y->slots.peer));
+            cr_assert_eq(x->slots.counter, y->slots.counter);
             break;
         case TK_RAFT_MSG_SLOTS_REPLY:
             cr_assert_eq(x->slots_reply.status, y->slots_reply.status);
@@ -155,6 +160,7 @@ static void assert_same(const struct tk_wire_frame *a, const struct tk_wire_fram
             cr_assert_eq(x->slots_reply.leader_id, y->slots_reply.leader_id);
             cr_assert(str_eq(x->slots_reply.leader_peer_addr, y->slots_reply.leader_peer_addr));
             cr_assert(str_eq(x->slots_reply.why, y->slots_reply.why));
+            cr_assert_eq(x->slots_reply.counter, y->slots_reply.counter);
             cr_assert_eq(memcmp(x->slots_reply.mac, y->slots_reply.mac, 32), 0);
             break;
         case TK_RAFT_MSG_BOOT:
