@@ -60,7 +60,13 @@ static void usage(FILE *f)
         "  ring apply FILE --group NAME --peer-secret-file PATH [--peers host:port,...]\n"
         "        give the ring in FILE to the group NAME, over its leader's peer port and\n"
         "        with the PEER secret (as remove-member); the leader refuses a ring that\n"
-        "        does not name the group or changes the slots it owns\n"
+        "        changes the slots the group owns (slots change groups only by a move)\n"
+        "  slots move RANGE --group SRC --to DST --ring FILE --peers host:port,...\n"
+        "        --to-peers host:port,... --peer-secret-file PATH [--to-peer-secret-file P]\n"
+        "        move slots RANGE (FIRST-LAST) from group SRC to group DST: SRC freezes\n"
+        "        them, hands them over once no key in them is held (waits up to --wait,\n"
+        "        default 260s), DST claims them; FILE is the ring after the move. Run\n"
+        "        again, it resumes where it stopped\n"
         "\n",
         f);
     /* Two strings: ISO C promises only 4095 bytes to one literal. */
@@ -166,6 +172,14 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
         o->peers = val;
     else if (!strcmp(name, "--group"))
         o->group = val;
+    else if (!strcmp(name, "--to"))
+        o->to = val;
+    else if (!strcmp(name, "--to-peers"))
+        o->to_peers = val;
+    else if (!strcmp(name, "--to-peer-secret-file"))
+        o->to_peer_secret_file = val;
+    else if (!strcmp(name, "--ring"))
+        o->ring_file = val;
     else if (!strcmp(name, "--owner"))
         o->owner = val;
     else if (!strcmp(name, "--tls-ca"))
@@ -198,18 +212,34 @@ static int parse_flag(struct ctl_opts *o, const char *name, const char *val)
             return ctl_die_usage("unknown flag '%s'", name);
         if (!parse_duration(val, dst))
             return ctl_die_usage("bad duration '%s' (use 500ms, 30s, 2m)", val);
+        o->wait_given |= dst == &o->wait_ms;
     }
     return 0;
 }
 
 static bool flag_takes_value(const char *name)
 {
-    static const char *const with[] = {"--addr",       "--secret-file", "--peer-secret-file",
-                                       "--peers",      "--owner",       "--token",
-                                       "--count",      "--lease",       "--wait",
-                                       "--timeout",    "--grace",       "--tls-ca",
-                                       "--tls-cert",   "--tls-key",     "--tls-server-name",
-                                       "--admin-port", "--group"};
+    static const char *const with[] = {"--addr",
+                                       "--secret-file",
+                                       "--peer-secret-file",
+                                       "--peers",
+                                       "--owner",
+                                       "--token",
+                                       "--count",
+                                       "--lease",
+                                       "--wait",
+                                       "--timeout",
+                                       "--grace",
+                                       "--tls-ca",
+                                       "--tls-cert",
+                                       "--tls-key",
+                                       "--tls-server-name",
+                                       "--admin-port",
+                                       "--group",
+                                       "--to",
+                                       "--to-peers",
+                                       "--to-peer-secret-file",
+                                       "--ring"};
     for (size_t i = 0; i < sizeof with / sizeof with[0]; i++)
         if (!strcmp(name, with[i]))
             return true;
@@ -265,8 +295,8 @@ static int parse_args(struct ctl_opts *o, int argc, char **argv)
             o->cmd = a;
         } else if (o->key == NULL) {
             o->key = a;
-        } else if (!strcmp(o->cmd, "ring") && o->file == NULL) {
-            o->file = a; /* ring apply FILE */
+        } else if ((!strcmp(o->cmd, "ring") || !strcmp(o->cmd, "slots")) && o->file == NULL) {
+            o->file = a; /* ring apply FILE, slots move RANGE */
         } else {
             return ctl_die_usage("unexpected argument '%s'", a);
         }
@@ -845,13 +875,16 @@ static int check_needs(const struct ctl_opts *o)
     int rc;
     if (ring && (rc = check_ring(o)) != 0)
         return rc;
-    bool needs_key = strcmp(o->cmd, "ping") != 0 && !admin_cmd(o->cmd) && !ring;
+    bool slots = strcmp(o->cmd, "slots") == 0;
+    if (slots && o->key == NULL)
+        return ctl_die_usage("%s", "slots needs a subcommand: slots move RANGE --to GROUP ...");
+    bool needs_key = strcmp(o->cmd, "ping") != 0 && !admin_cmd(o->cmd) && !ring && !slots;
     bool remove = strcmp(o->cmd, "remove-member") == 0;
     /* The commands on a leader's peer port, with the peer secret. */
-    bool peer_cmd = remove || (ring && strcmp(o->key, "apply") == 0);
+    bool peer_cmd = remove || slots || (ring && strcmp(o->key, "apply") == 0);
     if (needs_key && o->key == NULL)
         return ctl_die_usage("%s needs a %s", o->cmd, remove ? "NODEID" : "KEY");
-    if (!needs_key && !ring && o->key != NULL)
+    if (!needs_key && !ring && !slots && o->key != NULL)
         return ctl_die_usage("unexpected argument '%s'", o->key);
     if (!strcmp(o->cmd, "run") && (o->argv_cmd == NULL || o->argv_cmd[0] == NULL))
         return ctl_die_usage("%s needs a command: run KEY [flags] -- CMD [ARG...]", o->cmd);
@@ -880,7 +913,7 @@ static int check_needs(const struct ctl_opts *o)
 int main(int argc, char **argv)
 {
     static const char *const cmds[] = {"run",    "acquire", "release",       "query", "ping",
-                                       "status", "members", "remove-member", "ring"};
+                                       "status", "members", "remove-member", "ring",  "slots"};
     struct ctl_opts o = {
         .lease_ms = 30000, .wait_ms = 5000, .timeout_ms = 5000, .grace_ms = 2000, .count = 1};
     int rc = parse_args(&o, argc, argv);
@@ -925,6 +958,8 @@ int main(int argc, char **argv)
         return ctl_remove_member(&o);
     if (!strcmp(o.cmd, "ring"))
         return !strcmp(o.key, "show") ? ctl_ring_show(&o) : ctl_ring_apply(&o);
+    if (!strcmp(o.cmd, "slots"))
+        return ctl_slots_move(&o);
 
     struct tk_client *c;
     if ((rc = make_client(&o, &c)) != 0)

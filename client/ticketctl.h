@@ -39,8 +39,12 @@ struct ctl_opts {
     const char *secret_file;
     const char *peer_secret_file; /* remove-member */
     const char *peers; /* remove-member, ring apply: peer addresses as the cluster's --peers */
-    const char *group; /* ring apply: the group the ring is given to */
-    const char *file;  /* ring apply: the ring file */
+    const char *group; /* ring apply: the group the ring is given to; slots move: the source */
+    const char *file;  /* ring apply: the ring file; slots move: the RANGE */
+    const char *to;    /* slots move: the target group, its peer addresses and secret */
+    const char *to_peers;
+    const char *to_peer_secret_file;
+    const char *ring_file; /* slots move: the ring after the move */
     const char *owner;
     const char *tls_ca; /* TLS for the client port (libticketing's tls_* fields) */
     const char *tls_cert;
@@ -53,6 +57,7 @@ struct ctl_opts {
     uint64_t token;
     uint64_t lease_ms;
     uint64_t wait_ms;
+    bool wait_given; /* --wait was given (slots move: the hand-over's budget) */
     uint64_t timeout_ms;
     uint64_t grace_ms;
     uint64_t count;
@@ -77,6 +82,12 @@ int ctl_members(const struct ctl_opts *o);
  * refused (the leader's sentence printed) or a bad file, 83 no leader
  * answered, 82 sent and unanswered, 1 the peer secret was refused. */
 int ctl_ring_apply(const struct ctl_opts *o);
+/* `ticketctl slots move RANGE --group SRC --to DST --ring FILE`
+ * (client/ticketctl_move.c): freeze, hand-over, claim, each asked until
+ * done; run again, it resumes. The exit code: 0 moved, 84 a step refused
+ * (or a bad RANGE or FILE), 83 no leader answered, 82 a step sent and
+ * unanswered, 1 a peer secret was refused. */
+int ctl_slots_move(const struct ctl_opts *o);
 /* `ticketctl ring show` (client/ticketctl.c): the ring as the leader of
  * the group at --addr answers S, printed as a ring file (`ring apply`
  * takes it back) or as JSON. */

@@ -35,84 +35,16 @@
 #include <string.h>
 #include <time.h>
 
-#include "client/stream.h"
-#include "client/ticketctl.h"
+#include "client/ticketctl_peer.h"
 #include "client/ticketing.h"
-#include "core/auth.h"
-#include "core/handshake.h"
-#include "core/slots.h"
-#include "core/tls.h"
-#include "raft/wire.h"
 
 #define RETRY_PAUSE_MS 200
-#define HOPS_MAX 3 /* NOT_LEADER answers followed in a row */
-#define TARGETS_MAX 8
-#define ADDR_CAP 256
-#define LINE_MAX_LEN 512   /* a handshake line; ours are under 400 bytes */
-#define IN_CAP (64u << 10) /* a JOIN_REPLY or SLOTS_REPLY is under 900 bytes */
-/* The largest request: a SLOTS frame with the longest name and ring. */
-#define OUT_CAP \
-    (TK_WIRE_LENGTH_LEN + TK_WIRE_HEADER_LEN + 2 + TK_SLOTS_NAME_MAX + 4 + TK_SLOTS_ENCODED_MAX)
+#define HOPS_MAX 3               /* NOT_LEADER answers followed in a row */
+#define LINE_MAX_LEN 512         /* a handshake line; ours are under 400 bytes */
 #define RING_FILE_MAX (1u << 20) /* a ring file of 1,024 longest ranges is under 700 KiB */
 
 _Static_assert(OUT_CAP - TK_WIRE_LENGTH_LEN <= (8u << 20), "a SLOTS frame fits every peer port");
 _Static_assert(TK_SLOTS_NAME_MAX <= TK_RAFT_ADDR_MAX, "a group name is a wire string");
-
-/* How one attempt (dial, handshake, request, answer) ended. */
-enum attempt {
-    AT_NO_CONN,    /* the peer port did not answer, or closed before the handshake ended */
-    AT_BAD,        /* not a peer port, TLS failed, or a malformed answer */
-    AT_AUTH,       /* the peer refused our proof, or its own proof was wrong */
-    AT_UNANSWERED, /* request sent, no authenticated answer: it may or may not be taken */
-    AT_OK,
-    AT_NOT_LEADER,
-    AT_RETRY,
-    AT_REFUSED,
-};
-
-struct peer;
-
-/* What one command asks, and how it reads the answer. */
-struct peer_ask {
-    const char *frame;  /* the request in sentences: "REMOVE", "SLOTS" */
-    uint8_t reply_type; /* the answer's frame type */
-    /* Fills m's type and payload; the sender and term are peer_send()'s. */
-    void (*fill)(const struct peer *p, struct tk_raft_msg *m);
-    /* An authenticated answer's meaning (p->next set for NOT_LEADER). */
-    enum attempt (*status)(struct peer *p, const char *addr, const struct tk_raft_msg *m);
-};
-
-struct peer {
-    const struct ctl_opts *o;
-    const struct peer_ask *ask;
-    char what[160]; /* what we ask, for --verbose: "remove 0123456789abcdef" */
-    uint8_t secret[TK_AUTH_SECRET_MAX];
-    size_t secret_len;
-    uint64_t deadline_us;       /* the whole of --timeout */
-    struct tk_tls_ctx *tls_ctx; /* --tls-ca: the peer port runs TLS */
-    /* The given peer addresses, tried in turn. */
-    char targets[TARGETS_MAX][ADDR_CAP];
-    int ntargets;
-    char target[ADDR_CAP]; /* the address asked last */
-    /* One attempt's connection. */
-    struct cl_stream s;
-    struct tk_hs hs;
-    uint8_t in[IN_CAP];   /* plaintext: p->s's input */
-    uint8_t out[OUT_CAP]; /* the request frame */
-    char next[ADDR_CAP];  /* NOT_LEADER: the leader's peer address, "" if unknown */
-    uint64_t next_id;
-    bool maybe_sent;    /* a request may have been taken: the outcome is unknown */
-    char why[768];      /* what went wrong last, for the final message */
-    char sent_why[768]; /* why the outcome became unknown */
-    /* remove-member */
-    uint64_t id;
-    char id_text[17];
-    /* ring apply */
-    uint64_t version;
-    uint32_t ring_len;
-    uint8_t ring[TK_SLOTS_ENCODED_MAX];
-    char refusal[TK_RAFT_SLOTS_WHY_MAX + 1];
-};
 
 static void vlog(const struct peer *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void vlog(const struct peer *p, const char *fmt, ...)
@@ -127,8 +59,7 @@ static void vlog(const struct peer *p, const char *fmt, ...)
     fprintf(stderr, "\n");
 }
 
-/* Text that may come from a server (or a file), made one printable line. */
-static void printable(char *s)
+void printable(char *s)
 {
     for (char *c = s; *c != '\0'; c++)
         if ((unsigned char)*c < 0x20 || *c == 0x7f)
@@ -404,11 +335,7 @@ static enum attempt attempt(struct peer *p, const char *addr)
 
 /* ---- the loop over attempts ------------------------------------------------------ */
 
-/* Asks until an answer settles it or --timeout passes: AT_OK, AT_REFUSED
- * or AT_AUTH (p->target the address that answered), else at the deadline
- * AT_UNANSWERED if p->maybe_sent (p->sent_why says why) or AT_NO_CONN
- * (p->why says what went wrong last). */
-static enum attempt peer_loop(struct peer *p)
+enum attempt peer_loop(struct peer *p)
 {
     int hops = 0, next_target = 0;
     TK_ASSERT(p->ntargets > 0);
@@ -503,9 +430,7 @@ static int tls_setup(struct peer *p)
     return 0;
 }
 
-/* A closed stream, the peer secret, the targets and TLS: 0, or
- * CTL_EXIT_USAGE (said on stderr). peer_close() afterwards either way. */
-static int peer_open(struct peer *p, const struct ctl_opts *o, const struct peer_ask *ask)
+int peer_open(struct peer *p, const struct ctl_opts *o, const struct peer_ask *ask)
 {
     p->o = o;
     p->ask = ask;
@@ -525,7 +450,7 @@ static int peer_open(struct peer *p, const struct ctl_opts *o, const struct peer
     return 0;
 }
 
-static void peer_close(struct peer *p)
+void peer_close(struct peer *p)
 {
     explicit_bzero(p->secret, sizeof p->secret);
     tk_tls_ctx_unref(p->tls_ctx);
@@ -652,12 +577,17 @@ static void slots_fill(const struct peer *p, struct tk_raft_msg *m)
 {
     size_t glen = strlen(p->o->group);
     TK_ASSERT(tk_slots_name_ok(p->o->group, glen));
-    TK_ASSERT(p->ring_len > 0);
+    TK_ASSERT((p->ring_len > 0) == (p->op != TK_RAFT_SLOTS_FREEZE));
     m->type = TK_RAFT_MSG_SLOTS;
     m->slots.group = (struct tk_raft_str){p->o->group, (uint16_t)glen};
     m->slots.ring = p->ring;
     m->slots.ring_len = p->ring_len;
-    m->slots.op = TK_RAFT_SLOTS_RING;
+    m->slots.op = p->op;
+    m->slots.first = p->first;
+    m->slots.last = p->last;
+    if (p->other != NULL)
+        m->slots.peer = (struct tk_raft_str){p->other, (uint16_t)strlen(p->other)};
+    m->slots.counter = p->counter;
 }
 
 /* A SLOTS_REPLY. RETRY "... being committed" means a ring, perhaps ours,
@@ -674,7 +604,13 @@ static enum attempt slots_status(struct peer *p, const char *addr, const struct 
     note_leader(p, m->slots_reply.leader_id, &m->slots_reply.leader_peer_addr);
     switch (m->slots_reply.status) {
         case TK_RAFT_SLOTS_OK:
-            if (m->slots_reply.version == p->version)
+            p->got_counter = m->slots_reply.counter;
+            p->got_version = m->slots_reply.version;
+            /* A ring is answered with its version; a step of a move with the
+             * group's (a freeze: the ring before; later rings may follow). */
+            if (m->slots_reply.version == p->version ||
+                (p->op != TK_RAFT_SLOTS_RING &&
+                 (p->op == TK_RAFT_SLOTS_FREEZE || m->slots_reply.version >= p->version)))
                 return AT_OK;
             set_why(p, "%s: SLOTS sent, then an answer that version %llu is committed, not %llu",
                     addr, (unsigned long long)m->slots_reply.version,
@@ -697,7 +633,7 @@ static enum attempt slots_status(struct peer *p, const char *addr, const struct 
     }
 }
 
-static const struct peer_ask ask_slots = {
+const struct peer_ask peer_ask_slots = {
     .frame = "SLOTS",
     .reply_type = TK_RAFT_MSG_SLOTS_REPLY,
     .fill = slots_fill,
@@ -752,20 +688,19 @@ static int ring_result(struct peer *p, enum attempt a)
     }
 }
 
-/* The ring file into p->ring (encoded) and p->version: 0, or the exit
- * code (said on stderr): 64 if it cannot be read, 84 if it is no ring. */
-static int ring_load(struct peer *p, struct tk_slot_ring *r, struct tk_slot_ring *check)
+int peer_ring_load(struct peer *p, const char *path, struct tk_slot_ring *r)
 {
-    const char *path = p->o->file;
     char why[256];
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return ctl_die_usage("%s: cannot open: %s", path, strerror(errno));
     char *text = malloc(RING_FILE_MAX + 1);
+    struct tk_slot_ring *check = malloc(sizeof *check);
     size_t n = text != NULL ? fread(text, 1, RING_FILE_MAX + 1, f) : 0;
     int rc = 0;
-    if (text == NULL || ferror(f)) {
-        rc = ctl_die_usage("%s: cannot read: %s", path, text ? strerror(errno) : "no memory");
+    if (text == NULL || check == NULL || ferror(f)) {
+        rc = ctl_die_usage("%s: cannot read: %s", path,
+                           text && check ? strerror(errno) : "no memory");
     } else if (n > RING_FILE_MAX) {
         fprintf(stderr, "ticketctl: %s: larger than 1 MiB: not a ring file\n", path);
         rc = CTL_EXIT_INVALID;
@@ -781,6 +716,7 @@ static int ring_load(struct peer *p, struct tk_slot_ring *r, struct tk_slot_ring
         TK_ASSERT(tk_slots_decode(p->ring, p->ring_len, check, NULL) == TK_OK);
         TK_ASSERT(tk_slots_equal(r, check));
     }
+    free(check);
     free(text);
     fclose(f);
     return rc;
@@ -798,16 +734,15 @@ int ctl_ring_apply(const struct ctl_opts *o)
                              o->group);
     if (o->file == NULL || o->file[0] == '\0')
         return ctl_die_usage("%s", "ring apply needs FILE (the ring file)");
-    int rc = peer_open(&p, o, &ask_slots);
+    p.op = TK_RAFT_SLOTS_RING;
+    int rc = peer_open(&p, o, &peer_ask_slots);
     struct tk_slot_ring *r = rc == 0 ? malloc(sizeof *r) : NULL;
-    struct tk_slot_ring *check = r != NULL ? malloc(sizeof *check) : NULL;
-    if (rc == 0 && check == NULL) {
+    if (rc == 0 && r == NULL) {
         fprintf(stderr, "ticketctl: no memory for a ring\n");
         rc = CTL_EXIT_FAIL;
     }
     if (rc == 0)
-        rc = ring_load(&p, r, check);
-    free(check);
+        rc = peer_ring_load(&p, o->file, r);
     free(r);
     if (rc == 0) {
         snprintf(p.what, sizeof p.what, "take ring version %llu for group %s",
