@@ -107,6 +107,7 @@ static int step(struct move *m,
 {
     m->step = name;
     p->maybe_sent = false;
+    p->ntargets = 0; /* this group's */
     int rc = peer_open(p, o, &peer_ask_slots);
     if (rc != 0) {
         peer_close(p);

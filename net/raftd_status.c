@@ -153,6 +153,21 @@ static void ring_json(struct tk_json *j, const struct pub *p)
     tk_json_kstr(j, "group", ring ? name : flag[0] ? flag : "default");
     tk_json_kuint(j, "ring_version", ds.ring_version);
     tk_json_kuint(j, "slots_owned", ds.slots_owned);
+    tk_json_kuint(j, "slots_frozen", ds.slots_frozen);
+    struct tk_driver_move mv[16];
+    uint32_t nmv = tk_driver_moves(p->r->d, mv, 16);
+    tk_json_key(j, "moves");
+    tk_json_arr_open(j);
+    for (uint32_t i = 0; i < nmv; i++) {
+        tk_json_obj_open(j);
+        tk_json_kuint(j, "first", mv[i].first);
+        tk_json_kuint(j, "last", mv[i].last);
+        tk_json_kstr(j, "state", mv[i].state);
+        tk_json_kstr(j, mv[i].state[0] == 'c' ? "from" : "to", mv[i].peer);
+        tk_json_kuint(j, "counter", mv[i].counter);
+        tk_json_obj_close(j);
+    }
+    tk_json_arr_close(j);
     tk_json_key(j, "ranges_owned");
     tk_json_arr_open(j);
     if (!ring && !flag[0]) {
@@ -330,6 +345,11 @@ void raftd_publish(struct tk_raftd *r)
         {"ring_entries_total{result=\"applied\"}", "counter",
          "Ring entries applied (changed the ring) or refused at their apply", ds.rings_applied},
         {"ring_entries_total{result=\"refused\"}", "counter", NULL, ds.rings_refused},
+        {"slots_frozen", "gauge", "Owned slots frozen for moves in progress", ds.slots_frozen},
+        {"move_steps_total{step=\"freeze\"}", "counter",
+         "Steps of slot moves committed in this group", ds.moves_frozen},
+        {"move_steps_total{step=\"handover\"}", "counter", NULL, ds.moves_handed},
+        {"move_steps_total{step=\"claim\"}", "counter", NULL, ds.moves_claimed},
         {"peer_frames_total{direction=\"in\"}", "counter",
          "Peer frames received (in) and sent (out)", ps.frames_in},
         {"peer_frames_total{direction=\"out\"}", "counter", NULL, ps.frames_out},

@@ -250,6 +250,15 @@ void tk_driver_stats(const struct tk_driver *d, struct tk_driver_stats *st);
 /* The committed ring (NULL: none) and the group it was given to (""
  * with none): read only, valid until the driver's next step. */
 const struct tk_slot_ring *tk_driver_ring(const struct tk_driver *d, const char **group);
+/* The moves this group takes part in (raft/driver_slots.c), oldest first,
+ * at most max of them into out; how many. */
+struct tk_driver_move {
+    uint16_t first, last;
+    const char *state; /* "frozen", "handed" (over, to peer), "claimed" (from peer) */
+    const char *peer;  /* valid until the driver's next step */
+    uint64_t counter;  /* handed: the first token this group did not issue; claimed: the source's */
+};
+uint32_t tk_driver_moves(const struct tk_driver *d, struct tk_driver_move *out, uint32_t max);
 /* Checks the payload of a DATA entry (u32 count | commands, grants
  * numbered token_first, token_first + 1, ... up to token_next). */
 int tk_driver_check_entry(const uint8_t *data,

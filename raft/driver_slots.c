@@ -845,6 +845,20 @@ void slots_stats(const struct tk_driver *d, struct tk_driver_stats *st)
         st->slots_frozen += (uint32_t)__builtin_popcountll(frozen[w]);
 }
 
+uint32_t tk_driver_moves(const struct tk_driver *d, struct tk_driver_move *out, uint32_t max)
+{
+    static const char *const names[] = {"", "frozen", "handed", "claimed"};
+    const struct slots *s = &d->sl;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->nmoves && n < max; i++, n++)
+        out[n] = (struct tk_driver_move){.first = s->moves[i].first,
+                                         .last = s->moves[i].last,
+                                         .state = names[s->moves[i].state],
+                                         .peer = s->moves[i].peer,
+                                         .counter = s->moves[i].counter};
+    return n;
+}
+
 const struct tk_slot_ring *tk_driver_ring(const struct tk_driver *d, const char **group)
 {
     *group = d->sl.group;

@@ -27,6 +27,12 @@
  * --break-indeterminate makes the client enter the critical section on
  * INDETERMINATE too, as a careless user would; the checker must catch it.
  * It exists to show that the checks can fail.
+ *
+ * Two groups (tests/integ/test_moves.c): --addrs-b names a second group
+ * (--secret-file-b its client secret) and --slots LO-HI picks the keys among those whose slot is in
+ * LO..HI. A thread sends to the group that granted it last; a WRONG_GROUP answer (nothing was done)
+ * sends its next acquire to the other group. Result lines carry "g", the group asked (0: --addrs,
+ * 1: --addrs-b).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -40,10 +46,12 @@
 #include <unistd.h>
 
 #include "client/ticketing.h"
+#include "core/tk.h"
 
 static struct {
-    const char *addrs;
-    const char *secret_file;
+    const char *addrs, *addrs_b;
+    uint32_t slot_lo, slot_hi;
+    const char *secret_file, *secret_file_b;
     const char *out;
     const char *name;
     int threads;
@@ -64,9 +72,10 @@ static struct {
          .hold_max_ms = 300,
          .safety_ms = 10,
          .abandon_pct = 10,
-         .seed = 1};
+         .seed = 1,
+         .slot_hi = TK_SLOTS - 1};
 
-static struct tk_client *client;
+static struct tk_client *clients[2];
 static FILE *hist;
 static pthread_mutex_t hist_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t end_us;
@@ -109,14 +118,27 @@ static uint64_t stay_until(uint64_t until)
     return tk_client_now_us();
 }
 
+/* The n-th key "k<i>" whose slot is in --slots. */
+static void key_name(int n, char *key, size_t cap)
+{
+    for (int i = 0;; i++) {
+        snprintf(key, cap, "k%d", i);
+        uint32_t slot = tk_slot(key, strlen(key));
+        if (slot >= opt.slot_lo && slot <= opt.slot_hi && n-- == 0)
+            return;
+    }
+}
+
 static void *thread_main(void *arg)
 {
     int th = (int)(intptr_t)arg;
     uint64_t s = opt.seed * 0x9E3779B97F4A7C15ull + (uint64_t)th * 7919u + 1u;
     const char *c = opt.name;
+    int g = 0; /* the group this thread asks */
     for (uint64_t id = 1; tk_client_now_us() < end_us; id++) {
         char key[16];
-        snprintf(key, sizeof(key), "k%d", (int)(rnd(&s) % (uint64_t)opt.keys));
+        key_name((int)(rnd(&s) % (uint64_t)opt.keys), key, sizeof(key));
+        struct tk_client *client = clients[g];
         uint64_t t0 = tk_client_now_us();
         emit("{\"c\":\"%s\",\"th\":%d,\"id\":%" PRIu64 ",\"ev\":\"invoke\",\"t\":%" PRIu64
              ",\"key\":\"%s\",\"lease_ms\":%u,\"wait_ms\":%u}",
@@ -127,9 +149,14 @@ static void *thread_main(void *arg)
         uint64_t t1 = tk_client_now_us();
         emit("{\"c\":\"%s\",\"th\":%d,\"id\":%" PRIu64 ",\"ev\":\"result\",\"t\":%" PRIu64
              ",\"key\":\"%s\",\"outcome\":\"%s\",\"token\":%" PRIu64 ",\"deadline\":%" PRIu64
-             ",\"sent\":%" PRIu64 "}",
+             ",\"sent\":%" PRIu64 ",\"g\":%d}",
              c, th, id, t1, key, tk_client_outcome_str(o), r.token,
-             o == TK_CLIENT_ACQUIRED ? r.lease_deadline_us : 0, r.sent_us);
+             o == TK_CLIENT_ACQUIRED ? r.lease_deadline_us : 0, r.sent_us, g);
+        if (o == TK_CLIENT_WRONG_GROUP && clients[1] != NULL) {
+            g = 1 - g; /* nothing was done: the next acquire asks the other group */
+            sleep_us(1000u * (1u + rnd(&s) % 20u));
+            continue;
+        }
         bool enter =
             o == TK_CLIENT_ACQUIRED || (opt.break_indeterminate && o == TK_CLIENT_INDETERMINATE);
         if (enter) {
@@ -180,7 +207,7 @@ static void usage(void)
             "usage: chaos_client --addrs A --secret-file F --out FILE --name NAME\n"
             "  [--threads 3] [--keys 3] [--lease-ms 2000] [--wait-ms 2000] [--seconds 60]\n"
             "  [--hold-max-ms 300] [--safety-ms 10] [--abandon-pct 10] [--seed 1]\n"
-            "  [--break-indeterminate]\n");
+            "  [--break-indeterminate] [--addrs-b B [--secret-file-b F] --slots LO-HI]\n");
     exit(64);
 }
 
@@ -198,8 +225,16 @@ int main(int argc, char **argv)
         i++;
         if (!strcmp(a, "--addrs"))
             opt.addrs = v;
+        else if (!strcmp(a, "--addrs-b"))
+            opt.addrs_b = v;
+        else if (!strcmp(a, "--slots") && sscanf(v, "%u-%u", &opt.slot_lo, &opt.slot_hi) != 2)
+            usage();
+        else if (!strcmp(a, "--slots"))
+            ;
         else if (!strcmp(a, "--secret-file"))
             opt.secret_file = v;
+        else if (!strcmp(a, "--secret-file-b"))
+            opt.secret_file_b = v;
         else if (!strcmp(a, "--out"))
             opt.out = v;
         else if (!strcmp(a, "--name"))
@@ -226,24 +261,27 @@ int main(int argc, char **argv)
             usage();
     }
     if (!opt.addrs || !opt.secret_file || !opt.out || !opt.name || opt.threads < 1 ||
-        opt.threads > 64 || opt.keys < 1 || opt.hold_max_ms < 1 || opt.seed == 0)
+        opt.threads > 64 || opt.keys < 1 || opt.hold_max_ms < 1 || opt.seed == 0 ||
+        opt.slot_lo > opt.slot_hi || opt.slot_hi >= TK_SLOTS)
         usage();
     hist = fopen(opt.out, "a");
     if (!hist) {
         perror(opt.out);
         return 1;
     }
-    struct tk_client_config cfg;
-    tk_client_config_init(&cfg);
-    cfg.addrs = opt.addrs;
-    cfg.secret_file = opt.secret_file;
-    char owner[TK_CLIENT_OWNER_MAX + 1];
-    snprintf(owner, sizeof(owner), "chaos-%s", opt.name);
-    cfg.owner = owner;
-    int err = tk_client_create(&cfg, &client);
-    if (err) {
-        fprintf(stderr, "chaos_client: %s\n", tk_client_strerror(err));
-        return 1;
+    for (int g = 0; g < (opt.addrs_b ? 2 : 1); g++) {
+        struct tk_client_config cfg;
+        tk_client_config_init(&cfg);
+        cfg.addrs = g ? opt.addrs_b : opt.addrs;
+        cfg.secret_file = g && opt.secret_file_b ? opt.secret_file_b : opt.secret_file;
+        char owner[TK_CLIENT_OWNER_MAX + 1];
+        snprintf(owner, sizeof(owner), "chaos-%s", opt.name);
+        cfg.owner = owner;
+        int err = tk_client_create(&cfg, &clients[g]);
+        if (err) {
+            fprintf(stderr, "chaos_client: %s\n", tk_client_strerror(err));
+            return 1;
+        }
     }
     end_us = tk_client_now_us() + (uint64_t)opt.seconds * 1000000u;
     pthread_t t[64];
@@ -251,7 +289,8 @@ int main(int argc, char **argv)
         pthread_create(&t[i], NULL, thread_main, (void *)(intptr_t)i);
     for (int i = 0; i < opt.threads; i++)
         pthread_join(t[i], NULL);
-    tk_client_destroy(client);
+    for (int g = 0; g < 2; g++)
+        tk_client_destroy(clients[g]);
     fclose(hist);
     return 0;
 }
