@@ -142,6 +142,16 @@ static void membership_json(struct tk_json *j, const struct pub *p, bool typed)
     tk_json_arr_close(j);
 }
 
+/* Keys held in slots first..last, over every worker's last publication. */
+static uint64_t range_held(const struct tk_server *s, uint32_t first, uint32_t last)
+{
+    uint64_t n = 0;
+    for (uint32_t w = 0; w < s->nworkers; w++)
+        for (uint32_t i = first; i <= last; i++)
+            n += atomic_load_explicit(&s->slot_held[w][i], memory_order_relaxed);
+    return n;
+}
+
 /* SPEC 15: this node's group and what the committed ring gives it. */
 static void ring_json(struct tk_json *j, const struct pub *p)
 {
@@ -165,6 +175,8 @@ static void ring_json(struct tk_json *j, const struct pub *p)
         tk_json_kstr(j, "state", mv[i].state);
         tk_json_kstr(j, mv[i].state[0] == 'c' ? "from" : "to", mv[i].peer);
         tk_json_kuint(j, "counter", mv[i].counter);
+        if (mv[i].state[0] == 'f')
+            tk_json_kuint(j, "held", range_held(p->r->s, mv[i].first, mv[i].last));
         tk_json_obj_close(j);
     }
     tk_json_arr_close(j);
@@ -183,6 +195,7 @@ static void ring_json(struct tk_json *j, const struct pub *p)
         tk_json_obj_open(j);
         tk_json_kuint(j, "first", r->first);
         tk_json_kuint(j, "last", r->last);
+        tk_json_kuint(j, "held", range_held(p->r->s, r->first, r->last));
         tk_json_obj_close(j);
     }
     tk_json_arr_close(j);

@@ -125,6 +125,10 @@ struct tk_server {
      * thread at TK_WORKERS_MAX. /healthz fails when one stops moving. */
     _Atomic uint64_t progress_us[TK_WORKERS_MAX + 1];
     _Atomic uint64_t wstats[TK_WORKERS_MAX][TK_WSTAT_COUNT];
+    /* Keys held per slot in each worker's shard, published with wstats
+     * once a ring is committed (/status: keys held per range). Rows of
+     * workers that do not exist stay untouched (no memory). */
+    _Atomic uint32_t slot_held[TK_WORKERS_MAX][TK_SLOTS];
     /* Per worker, written by that worker only (us): acquire_hist as it
      * sends a G (from reading the acquire), wait_hist as a waiter of its
      * shard leaves the queue for its grant. */

@@ -220,6 +220,11 @@ static void publish_stats(struct tk_worker *w)
     w->stat[TK_WSTAT_ring_full] = full;
     for (int i = 0; i < TK_WSTAT_COUNT; i++)
         atomic_store_explicit(&w->s->wstats[w->idx][i], w->stat[i], memory_order_relaxed);
+    if (tk_shard_slots(w->shard) != NULL) {
+        const uint32_t *held = tk_lock_slot_held(tk_shard_table(w->shard));
+        for (uint32_t i = 0; i < TK_SLOTS; i++)
+            atomic_store_explicit(&w->s->slot_held[w->idx][i], held[i], memory_order_relaxed);
+    }
     w->stats_at = w->now_us;
 }
 

@@ -720,6 +720,11 @@ uint32_t tk_lock_held_at(const struct tk_lock_table *t, uint32_t slot)
     return t->slot_held[slot];
 }
 
+const uint32_t *tk_lock_slot_held(const struct tk_lock_table *t)
+{
+    return t->slot_held;
+}
+
 uint64_t tk_lock_move_waiters(struct tk_lock_table *t,
                               const uint64_t *slots,
                               uint64_t ring_version,

@@ -206,6 +206,8 @@ void tk_lock_stats(const struct tk_lock_table *t, struct tk_lock_stats *out);
  * flight). tk_lock_held_at(): committed holders of one slot. */
 uint64_t tk_lock_held_in(const struct tk_lock_table *t, const uint64_t *slots);
 uint32_t tk_lock_held_at(const struct tk_lock_table *t, uint32_t slot);
+/* Every slot's committed holders: TK_SLOTS counts, valid while t lives. */
+const uint32_t *tk_lock_slot_held(const struct tk_lock_table *t);
 /* Leader: every waiter queued on a key of those slots (frozen for a move)
  * is answered 'W' (token = ring_version, waiters = the slot) and removed;
  * returns how many. Holders and proposals in flight stay. */

@@ -257,6 +257,14 @@ Test(groups, two_groups_serve_their_slots_and_keep_the_ring)
     snprintf(line, sizeof(line), "S 3 4 %s", body);
     expect_line(c, line);
     cr_drop(c);
+    /* Keys held per range: bob's (the workers publish every few ms). */
+    static char st[1 << 17];
+    bool seen = false;
+    for (uint64_t end = tk_test_ms() + 5000; !seen && tk_test_ms() < end; usleep(20 * 1000)) {
+        cr_assert_eq(tk_cluster_status(&B, lb, st, sizeof(st)), 200);
+        seen = strstr(st, "\"ranges_owned\":[{\"first\":8192,\"last\":16383,\"held\":1}]");
+    }
+    cr_assert(seen, "one key held in 8192-16383: %s", st);
 
     /* /status and /metrics say what the group owns. */
     cr_assert_eq(status_u64(&A, la, "ring_version"), 4);

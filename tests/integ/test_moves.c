@@ -72,8 +72,8 @@ static void client_addrs(const struct tk_cluster *c, char *out, size_t cap)
         n += (size_t)snprintf(out + n, cap - n, "%s127.0.0.1:%u", i ? "," : "", c->node[i].port);
 }
 
-/* The ring file: version v, slots 0..moved-1 to B if moved, A to 8191. */
-static void write_ring(const char *path, uint64_t v, bool moved)
+/* The ring file: version v, slots 0..at_b-1 at B (none if 0), A to 8191. */
+static void write_ring(const char *path, uint64_t v, uint32_t at_b)
 {
     char a[256], b[256];
     client_addrs(&A, a, sizeof(a));
@@ -81,9 +81,9 @@ static void write_ring(const char *path, uint64_t v, bool moved)
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
     fprintf(f, "version %" PRIu64 "\n", v);
-    if (moved)
-        fprintf(f, "0-99=sales-b@%s\n", b);
-    fprintf(f, "%u-8191=sales-a@%s\n8192-16383=sales-b@%s\n", moved ? 100u : 0u, a, b);
+    if (at_b)
+        fprintf(f, "0-%u=sales-b@%s\n", at_b - 1, b);
+    fprintf(f, "%u-8191=sales-a@%s\n8192-16383=sales-b@%s\n", at_b, a, b);
     fclose(f);
 }
 
@@ -136,8 +136,8 @@ Test(moves, slots_move_under_load_while_the_source_leader_dies)
     cr_assert_eq(system(cmd), 0);
     snprintf(ring1, sizeof(ring1), "%s/ring1.txt", dir);
     snprintf(ring2, sizeof(ring2), "%s/ring2.txt", dir);
-    write_ring(ring1, 1, false);
-    write_ring(ring2, 2, true);
+    write_ring(ring1, 1, 0);
+    write_ring(ring2, 2, 100);
     for (int g = 0; g < 2; g++) {
         struct tk_cluster *c = g ? &B : &A;
         int rc =
@@ -226,4 +226,17 @@ Test(moves, slots_move_under_load_while_the_source_leader_dies)
     rc = run(out, sizeof(out), "%s", cmd);
     cr_assert_eq(rc, 0, "the move run again: exit %d\n%s", rc, out);
     cr_assert(strstr(out, "moved from group sales-a to group sales-b"), "%s", out);
+    /* Slots the source no longer owns: refused with a sentence, nothing
+     * changed. */
+    write_ring(ring1, 3, 200);
+    rc = run(out, sizeof(out),
+             "%s slots move 0-199 --group sales-a --to sales-b --ring %s --peers %s "
+             "--to-peers %s --peer-secret-file %s --to-peer-secret-file %s --timeout 20s",
+             TICKETCTL, ring1, A.peers, B.peers, A.node[0].peer_secret_file,
+             B.node[0].peer_secret_file);
+    cr_assert_eq(rc, 84, "exit %d\n%s", rc, out);
+    cr_assert(strstr(out, "freeze: refused by group sales-a: group 'sales-a' does not own slot 0"),
+              "%s", out);
+    cr_assert_eq(status_u64(&A, na, "slots_frozen"), 0);
+    cr_assert_eq(status_u64(&A, na, "ring_version"), 2);
 }
