@@ -15,6 +15,7 @@
  */
 #include "tests/fuzz/fuzz.h"
 
+#include "core/slots.h"
 #include "raft/wire.h"
 
 static struct tk_raft_entry entries[TK_WIRE_ENTRIES_MAX];
@@ -102,6 +103,26 @@ static void check_frame(const struct tk_wire_frame *f, const uint8_t *buf, size_
             if (m->boot.config)
                 FUZZ_CHECK(tk_raft_config_check(m->boot.config) == TK_OK);
             break;
+        case TK_RAFT_MSG_SLOTS:
+            check_str(m->slots.group, false, buf, len);
+            FUZZ_CHECK(m->slots.ring_len <= TK_SLOTS_ENCODED_MAX);
+            if (m->slots.ring_len > 0)
+                FUZZ_CHECK(fuzz_inside(m->slots.ring, m->slots.ring_len, buf, len));
+            FUZZ_CHECK(m->slots.op >= TK_RAFT_SLOTS_RING && m->slots.op <= TK_RAFT_SLOTS_CLAIM);
+            FUZZ_CHECK(m->slots.first <= m->slots.last && m->slots.last < TK_SLOTS);
+            check_str(m->slots.peer, true, buf, len);
+            break;
+        case TK_RAFT_MSG_SLOTS_REPLY: {
+            const struct tk_raft_str *w = &m->slots_reply.why;
+            FUZZ_CHECK(m->slots_reply.status <= TK_RAFT_SLOTS_REFUSED);
+            check_str(m->slots_reply.leader_peer_addr, true, buf, len);
+            FUZZ_CHECK(w->len <= TK_RAFT_SLOTS_WHY_MAX);
+            if (w->len > 0)
+                FUZZ_CHECK(fuzz_inside(w->p, w->len, buf, len));
+            for (uint16_t i = 0; i < w->len; i++)
+                FUZZ_CHECK(w->p[i] >= 0x20 && w->p[i] <= 0x7e);
+            break;
+        }
         default:
             FUZZ_CHECK(!"decoded an unknown type");
     }

@@ -217,6 +217,47 @@ static void binary_seeds(void)
     "# two groups\nversion 7\n\n0-8191=a@127.0.0.1:7001,127.0.0.1:7002\n" \
     "8192-16383=b@127.0.0.1:7101\n"
 
+/* The entries of a ring and of each step of a move (fuzz_entry.c):
+ * u64 token_first | u64 token_next | mark | op | name, then the step's. */
+static void entry_seed(const char *name, uint8_t op, const uint8_t *ring, size_t ring_len)
+{
+    static uint8_t e[16 + 64 + TK_SLOTS_ENCODED_MAX];
+    uint64_t t = 1796284995487521ull;
+    uint32_t mark = UINT32_MAX;
+    size_t n = 0;
+    memcpy(e, &t, 8);
+    memcpy(e + 8, &t, 8);
+    n = 16;
+    memcpy(e + n, &mark, 4);
+    n += 4;
+    e[n++] = op;
+    e[n++] = 7;
+    memcpy(e + n, "sales-a", 7);
+    n += 7;
+    if (op != 1) {
+        const uint8_t range[] = {0, 0, 99, 0, 7, 's', 'a', 'l', 'e', 's', '-', 'b'};
+        memcpy(e + n, range, sizeof(range));
+        n += sizeof(range);
+    }
+    if (op == 4) {
+        memcpy(e + n, &t, 8);
+        n += 8;
+    }
+    if (op != 2) {
+        memcpy(e + n, ring, ring_len);
+        n += ring_len;
+    }
+    put("entry", name, e, n);
+}
+
+static void entry_seeds(const uint8_t *ring, size_t ring_len)
+{
+    entry_seed("ring", 1, ring, ring_len);
+    entry_seed("freeze", 2, ring, ring_len);
+    entry_seed("handover", 3, ring, ring_len);
+    entry_seed("claim", 4, ring, ring_len);
+}
+
 static void slots_seeds(void)
 {
     static struct tk_slot_ring r; /* about 50 KiB */
@@ -236,6 +277,7 @@ static void slots_seeds(void)
     if (n == 0)
         abort();
     put("slots", "encoded", buf, n);
+    entry_seeds(buf, n);
 }
 
 /* ---- lock model: choice bytes (tests/fuzz/fuzz_lock.c) ---- */

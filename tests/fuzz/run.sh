@@ -25,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 
-all=(request handshake wire snapshot cmd response admin_http lock addr slots)
+all=(request handshake wire snapshot cmd response admin_http lock addr slots entry)
 seconds=10
 jobs=1
 targets=()
@@ -61,6 +61,7 @@ max_len() {
     lock) echo 2048 ;;       # choices for up to 400 operations
     addr) echo 2200 ;;       # a mode byte and a list of up to 8 addresses
     slots) echo 16384 ;;     # a ring file or encoding up to the 1024-range limit
+    entry) echo 8192 ;;      # a batch of commands, or a ring or move step with its ring
   esac
 }
 
