@@ -249,6 +249,9 @@ struct bench {
     int rss_pid;
     uint32_t admin_port; /* Ticketing memory: poll /status "waiters" */
     char prefix[48];     /* key prefix unique to this run */
+    /* --slots: keys only of slots slot_lo..slot_hi (one group's share of
+     * the ring, docs/scaling.md), 0..TK_SLOTS-1 by default */
+    uint32_t slot_lo, slot_hi;
     bool fifo_check;     /* judge the bypass count (FIFO) */
     bool fifo_probe;     /* follow each acquire by a ping that marks its arrival */
     uint32_t fifo_bound; /* most grants to others a waiter may see */

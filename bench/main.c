@@ -70,6 +70,7 @@ static void usage(FILE *f)
             "  --mem-waiters N     memory: queue N acquires (one per slot) on held keys\n"
             "  --mem-waiter-keys K keys the waiters queue on (1000)\n"
             "  --prefix P          key prefix (default: unique per run)\n"
+            "  --slots LO-HI       only keys of slots LO..HI (one group's share of a ring)\n"
             "  --rss-pid PID       memory: read this process's VmRSS before and after\n"
             "  --admin-port P      memory (ticketing): admin port of --rss-pid (waiters from\n"
             "                      /status, the Raft snapshot size from /metrics)\n"
@@ -473,6 +474,7 @@ enum {
     OPT_MEMWAITERS,
     OPT_MEMWKEYS,
     OPT_PREFIX,
+    OPT_SLOTS,
     OPT_RSSPID,
     OPT_ADMIN,
     OPT_LABEL,
@@ -510,6 +512,7 @@ static const struct option long_opts[] = {
     {"mem-waiters", required_argument, NULL, OPT_MEMWAITERS},
     {"mem-waiter-keys", required_argument, NULL, OPT_MEMWKEYS},
     {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"slots", required_argument, NULL, OPT_SLOTS},
     {"rss-pid", required_argument, NULL, OPT_RSSPID},
     {"admin-port", required_argument, NULL, OPT_ADMIN},
     {"label", required_argument, NULL, OPT_LABEL},
@@ -550,6 +553,7 @@ struct cli {
 static void defaults(struct bench *b, struct cli *o)
 {
     b->nthreads = 1;
+    b->slot_hi = TK_SLOTS - 1;
     b->nconns = 64;
     b->depth = 1;
     b->warmup_s = 1;
@@ -643,6 +647,12 @@ static int parse_args(int argc, char **argv, struct bench *b, struct cli *o)
             case OPT_PREFIX:
                 snprintf(b->prefix, sizeof(b->prefix), "%s", optarg);
                 break;
+            case OPT_SLOTS: {
+                int used = 0;
+                ok = sscanf(optarg, "%u-%u%n", &b->slot_lo, &b->slot_hi, &used) == 2 &&
+                     optarg[used] == '\0' && b->slot_lo <= b->slot_hi && b->slot_hi < TK_SLOTS;
+                break;
+            }
             case OPT_RSSPID:
                 ok = parse_num(optarg, 1, 1e9, &v);
                 b->rss_pid = (int)v;

@@ -121,6 +121,14 @@ size_t bench_key_name(struct bench *b, struct slot *s, char *buf)
             break;
     }
     TK_ASSERT(n > 0 && n < BENCH_KEY_MAX);
+    /* --slots: the first of name, name~1, name~2, ... whose slot is in
+     * range (the same one every time: the release names the acquire's). */
+    int base = n;
+    for (unsigned j = 1;
+         tk_slot(buf, (size_t)n) < b->slot_lo || tk_slot(buf, (size_t)n) > b->slot_hi; j++) {
+        n = base + snprintf(buf + base, (size_t)(BENCH_KEY_MAX - base), "~%u", j);
+        TK_ASSERT(n > base && n < BENCH_KEY_MAX);
+    }
     return (size_t)n;
 }
 
