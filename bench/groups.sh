@@ -132,7 +132,6 @@ run_groups() {
     tick=$(getconf CLK_TCK)
     local out="$BENCH_TMP/$label.jsonl"
     : >"$out"
-    c0=$(cpu_ticks)
     for ((g = 1; g <= n; g++)); do
         local slots=()
         [[ ${NO_RING:-0} == 1 ]] || slots=(--slots "$(slot_lo "$g" "$n")-$(slot_hi "$g" "$n")")
@@ -142,6 +141,8 @@ run_groups() {
             --label "$label" --case "g$g" --json-out "$out" 2>>"$BENCH_TMP/bench.err" &
         pids+=($!)
     done
+    sleep "$WARM" # the CPU of the measured part (and the short drain after it)
+    c0=$(cpu_ticks)
     for g in "${pids[@]}"; do wait "$g" || bench_log "a ticketing-bench exited non-zero"; done
     c1=$(cpu_ticks)
     jq -s -c --arg l "$label" --argjson n "$n" --argjson cpu "$(((c1 - c0) * 1000000 / tick))" \

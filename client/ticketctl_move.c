@@ -29,8 +29,12 @@
 #include "client/ticketing.h"
 
 /* The hand-over waits for holders whose leases may run 250 s (plus the
- * drift margin): its own budget, unless --wait says otherwise. */
+ * drift margin): its own budget, unless --wait says otherwise. It is
+ * asked every HANDOVER_PAUSE_MS meanwhile: nobody is served in the range
+ * until it and the claim are done, so the sooner the better (each ask
+ * is one count by the leader's shards). */
 #define HANDOVER_WAIT_MS (260u * 1000u)
+#define HANDOVER_PAUSE_MS 20
 
 struct move {
     const struct ctl_opts *o;
@@ -198,6 +202,7 @@ int ctl_slots_move(const struct ctl_opts *o)
     /* 2. Hand-over at the source, once its frozen slots hold nothing. */
     p.op = TK_RAFT_SLOTS_HANDOVER;
     p.ring_len = ring_len;
+    p.retry_pause_ms = HANDOVER_PAUSE_MS;
     uint64_t wait = o->wait_given ? o->wait_ms : HANDOVER_WAIT_MS;
     if ((rc = step(&m, &p, o, "hand-over", TK_MAX(wait, o->timeout_ms))) != 0)
         return rc;
@@ -208,6 +213,7 @@ int ctl_slots_move(const struct ctl_opts *o)
     to_o.peers = o->to_peers;
     if (o->to_peer_secret_file != NULL)
         to_o.peer_secret_file = o->to_peer_secret_file;
+    p.retry_pause_ms = 0;
     p.op = TK_RAFT_SLOTS_CLAIM;
     p.other = o->group;
     p.counter = m.counter;

@@ -372,10 +372,11 @@ enum attempt peer_loop(struct peer *p)
             pause = next_target % p->ntargets == 0; /* a whole round asked */
             snprintf(p->target, sizeof p->target, "%s", p->targets[next_target++ % p->ntargets]);
         }
-        if (pause && ms_until(p->deadline_us) <= RETRY_PAUSE_MS)
+        int pause_ms = p->retry_pause_ms ? p->retry_pause_ms : RETRY_PAUSE_MS;
+        if (pause && ms_until(p->deadline_us) <= pause_ms)
             break;
         if (pause)
-            sleep_ms(RETRY_PAUSE_MS);
+            sleep_ms(pause_ms);
         else if (ms_until(p->deadline_us) == 0)
             break;
     }

@@ -83,6 +83,7 @@ struct peer {
     char refusal[TK_RAFT_SLOTS_WHY_MAX + 1];
     uint64_t got_counter; /* an OK's counter (a hand-over's: the source's) */
     uint64_t got_version; /* an OK's ring version */
+    int retry_pause_ms;   /* between asks after a RETRY (0: 200 ms) */
 };
 
 /* A closed stream, the peer secret, the targets (o->peers, else each
