@@ -11,11 +11,9 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/tk.h"
@@ -33,41 +31,14 @@ static void teardown(void)
     tk_cluster_stop(&B);
 }
 
-/* Runs a shell command line (every word is ours: no quoting needed);
- * returns its exit code, its output (stdout and stderr) in out. */
-static int run(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int run(char *out, size_t cap, const char *fmt, ...)
-{
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* "127.0.0.1:p0,127.0.0.1:p1,127.0.0.1:p2": a group's client addresses. */
-static void client_addrs(const struct tk_cluster *c, char *out, size_t cap)
-{
-    size_t n = 0;
-    for (int i = 0; i < c->n; i++)
-        n += (size_t)snprintf(out + n, cap - n, "%s127.0.0.1:%u", i ? "," : "", c->node[i].port);
-}
-
 static char ring_path[512];
 
 /* Writes the ring file: version v, A owning 0..a_last, B the rest. */
 static void write_ring(uint64_t v, uint32_t a_last)
 {
     char a[256], b[256];
-    client_addrs(&A, a, sizeof(a));
-    client_addrs(&B, b, sizeof(b));
+    tk_cluster_client_addrs(&A, a, sizeof(a));
+    tk_cluster_client_addrs(&B, b, sizeof(b));
     snprintf(ring_path, sizeof(ring_path), "%s/ring.txt", A.node[0].dir);
     FILE *f = fopen(ring_path, "w");
     cr_assert_not_null(f);
@@ -82,8 +53,8 @@ static void write_ring(uint64_t v, uint32_t a_last)
 static void write_split_ring(uint64_t v, char *body, size_t cap)
 {
     char a[256], b[256];
-    client_addrs(&A, a, sizeof(a));
-    client_addrs(&B, b, sizeof(b));
+    tk_cluster_client_addrs(&A, a, sizeof(a));
+    tk_cluster_client_addrs(&B, b, sizeof(b));
     FILE *f = fopen(ring_path, "w");
     cr_assert_not_null(f);
     fprintf(f, "version %" PRIu64 "\n", v);
@@ -124,9 +95,9 @@ static void read_ring(struct tk_tc *c, uint64_t id, uint64_t version, char *body
 
 static int ring_apply(const struct tk_cluster *c, const char *group, char *out, size_t cap)
 {
-    return run(out, cap,
-               "%s ring apply %s --group %s --peers %s --peer-secret-file %s --timeout 20s",
-               TICKETCTL, ring_path, group, c->peers, c->node[0].peer_secret_file);
+    return tk_run_cmd(out, cap,
+                      "%s ring apply %s --group %s --peers %s --peer-secret-file %s --timeout 20s",
+                      TICKETCTL, ring_path, group, c->peers, c->node[0].peer_secret_file);
 }
 
 /* A key whose slot is in [lo, hi]. */
@@ -216,8 +187,8 @@ Test(groups, two_groups_serve_their_slots_and_keep_the_ring)
     expect_line(c, "P 10");
     cr_drop(c);
     static char show[1 << 15];
-    rc = run(show, sizeof(show), "%s ring show --addr 127.0.0.1:%u --secret-file %s", TICKETCTL,
-             B.node[lb].port, B.node[lb].secret_file);
+    rc = tk_run_cmd(show, sizeof(show), "%s ring show --addr 127.0.0.1:%u --secret-file %s",
+                    TICKETCTL, B.node[lb].port, B.node[lb].secret_file);
     cr_assert_eq(rc, 0, "ring show: exit %d\n%s", rc, show);
     cr_assert(strstr(show, "version 3\n"), "%s", show);
     cr_assert(strstr(show, "8100-8191=sales-a@"), "%s", show);
@@ -227,8 +198,8 @@ Test(groups, two_groups_serve_their_slots_and_keep_the_ring)
 
     /* Each group serves its slots; W for the other's, the connection stays. */
     char body[1024], a_addrs[256], b_addrs[256];
-    client_addrs(&A, a_addrs, sizeof(a_addrs));
-    client_addrs(&B, b_addrs, sizeof(b_addrs));
+    tk_cluster_client_addrs(&A, a_addrs, sizeof(a_addrs));
+    tk_cluster_client_addrs(&B, b_addrs, sizeof(b_addrs));
     snprintf(body, sizeof(body), "0-8191=sales-a@%s;8192-16383=sales-b@%s", a_addrs, b_addrs);
     c = cr_open_node(&A, la);
     tk_tc_send(c, "A 3 %s alice 10000 0\n", ka);

@@ -14,7 +14,6 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,37 +46,12 @@ static void teardown(void)
     tk_cluster_stop(&B);
 }
 
-/* Runs a command line (our words only); its exit code, its output in out. */
-static int run(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int run(char *out, size_t cap, const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void client_addrs(const struct tk_cluster *c, char *out, size_t cap)
-{
-    size_t n = 0;
-    for (int i = 0; i < c->n; i++)
-        n += (size_t)snprintf(out + n, cap - n, "%s127.0.0.1:%u", i ? "," : "", c->node[i].port);
-}
-
 /* The ring file: version v, slots 0..at_b-1 at B (none if 0), A to 8191. */
 static void write_ring(const char *path, uint64_t v, uint32_t at_b)
 {
     char a[256], b[256];
-    client_addrs(&A, a, sizeof(a));
-    client_addrs(&B, b, sizeof(b));
+    tk_cluster_client_addrs(&A, a, sizeof(a));
+    tk_cluster_client_addrs(&B, b, sizeof(b));
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
     fprintf(f, "version %" PRIu64 "\n", v);
@@ -140,17 +114,17 @@ Test(moves, slots_move_under_load_while_the_source_leader_dies)
     write_ring(ring2, 2, 100);
     for (int g = 0; g < 2; g++) {
         struct tk_cluster *c = g ? &B : &A;
-        int rc =
-            run(out, sizeof(out),
-                "%s ring apply %s --group %s --peers %s --peer-secret-file %s --timeout 20s",
-                TICKETCTL, ring1, g ? "sales-b" : "sales-a", c->peers, c->node[0].peer_secret_file);
+        int rc = tk_run_cmd(
+            out, sizeof(out),
+            "%s ring apply %s --group %s --peers %s --peer-secret-file %s --timeout 20s", TICKETCTL,
+            ring1, g ? "sales-b" : "sales-a", c->peers, c->node[0].peer_secret_file);
         cr_assert_eq(rc, 0, "ring apply: exit %d\n%s", rc, out);
     }
 
     /* Load on 6 keys of slots 0-99: 2 s before the move, through it, after. */
     char a[256], b[256], hist[700], clog[700];
-    client_addrs(&A, a, sizeof(a));
-    client_addrs(&B, b, sizeof(b));
+    tk_cluster_client_addrs(&A, a, sizeof(a));
+    tk_cluster_client_addrs(&B, b, sizeof(b));
     snprintf(hist, sizeof(hist), "%s/hist-c0.jsonl", dir);
     snprintf(clog, sizeof(clog), "%s/client.log", dir);
     snprintf(cmd, sizeof(cmd),
@@ -204,15 +178,15 @@ Test(moves, slots_move_under_load_while_the_source_leader_dies)
         show_file(clog);
     cr_assert_eq(rc_load, 0, "chaos_client: exit %d", rc_load);
 
-    rc = run(out, sizeof(out), "python3 %s --groups %s", CHECK, dir);
+    rc = tk_run_cmd(out, sizeof(out), "python3 %s --groups %s", CHECK, dir);
     fprintf(stderr, "%s", out);
     if (rc != 0)
         A.keep_logs = true;
     cr_assert_eq(rc, 0, "the history checker found a violation (kept in %s)", dir);
     /* Both groups granted the moved keys: A before the move, B after. */
-    rc = run(out, sizeof(out), "grep -ci '\"outcome\":\"acquired\".*\"g\":1' %s", hist);
+    rc = tk_run_cmd(out, sizeof(out), "grep -ci '\"outcome\":\"acquired\".*\"g\":1' %s", hist);
     cr_assert_eq(rc, 0, "no key was granted by the target group");
-    rc = run(out, sizeof(out), "grep -ci '\"outcome\":\"acquired\".*\"g\":0' %s", hist);
+    rc = tk_run_cmd(out, sizeof(out), "grep -ci '\"outcome\":\"acquired\".*\"g\":0' %s", hist);
     cr_assert_eq(rc, 0, "no key was granted by the source group");
 
     int na = tk_cluster_leader(&A, 10000, 0), nb = tk_cluster_leader(&B, 10000, 0);
@@ -223,17 +197,17 @@ Test(moves, slots_move_under_load_while_the_source_leader_dies)
     cr_assert_eq(status_u64(&A, la, "ring_version"), 2, "the restarted member has the ring");
     cr_assert_eq(status_u64(&A, la, "slots_owned"), 8092);
     /* The same move again: every step answered done. */
-    rc = run(out, sizeof(out), "%s", cmd);
+    rc = tk_run_cmd(out, sizeof(out), "%s", cmd);
     cr_assert_eq(rc, 0, "the move run again: exit %d\n%s", rc, out);
     cr_assert(strstr(out, "moved from group sales-a to group sales-b"), "%s", out);
     /* Slots the source no longer owns: refused with a sentence, nothing
      * changed. */
     write_ring(ring1, 3, 200);
-    rc = run(out, sizeof(out),
-             "%s slots move 0-199 --group sales-a --to sales-b --ring %s --peers %s "
-             "--to-peers %s --peer-secret-file %s --to-peer-secret-file %s --timeout 20s",
-             TICKETCTL, ring1, A.peers, B.peers, A.node[0].peer_secret_file,
-             B.node[0].peer_secret_file);
+    rc = tk_run_cmd(out, sizeof(out),
+                    "%s slots move 0-199 --group sales-a --to sales-b --ring %s --peers %s "
+                    "--to-peers %s --peer-secret-file %s --to-peer-secret-file %s --timeout 20s",
+                    TICKETCTL, ring1, A.peers, B.peers, A.node[0].peer_secret_file,
+                    B.node[0].peer_secret_file);
     cr_assert_eq(rc, 84, "exit %d\n%s", rc, out);
     cr_assert(strstr(out, "freeze: refused by group sales-a: group 'sales-a' does not own slot 0"),
               "%s", out);

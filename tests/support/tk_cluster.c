@@ -2,9 +2,11 @@
 #include "tests/support/tk_cluster.h"
 
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int tk_cluster_status(struct tk_cluster *c, int i, char *out, size_t cap)
@@ -311,4 +313,30 @@ void tk_cluster_stop(struct tk_cluster *c)
         else
             tk_node_cleanup(&c->node[i]);
     }
+}
+
+void tk_cluster_client_addrs(const struct tk_cluster *c, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (int i = 0; i < c->n && n < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s127.0.0.1:%u", i ? "," : "", c->node[i].port);
+}
+
+int tk_run_cmd(char *out, size_t cap, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+    out[0] = 0;
+    FILE *p = popen(cmd, "r");
+    if (p == NULL)
+        return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

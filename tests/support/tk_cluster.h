@@ -79,5 +79,11 @@ int tk_cluster_count_members(struct tk_cluster *c, int i, int *voters);
 long tk_cluster_rss_kib(struct tk_cluster *c, int i);
 /* Prints the last `lines` lines of every node's log to stderr. */
 void tk_cluster_dump_logs(struct tk_cluster *c, int lines);
+/* "127.0.0.1:p0,127.0.0.1:p1,...": the members' client addresses. */
+void tk_cluster_client_addrs(const struct tk_cluster *c, char *out, size_t cap);
+/* Runs a shell command line made of our own words (no quoting), stderr
+ * with stdout; its exit code (-1 if it did not run or exit), its output
+ * in out (cut to cap - 1 bytes, NUL-terminated). */
+int tk_run_cmd(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif
