@@ -387,8 +387,8 @@ static const char *judge(struct tk_driver *d,
         }
     }
     *done = NULL;
-    if (named(s->group, st->peer, st->peer_len) ||
-        (st->name_len == st->peer_len && memcmp(st->name, st->peer, st->peer_len) == 0))
+    /* The name is this group's (checked below once it has a ring). */
+    if (st->name_len == st->peer_len && memcmp(st->name, st->peer, st->peer_len) == 0)
         return "a group cannot move slots to itself";
     if (st->op != TK_RAFT_SLOTS_CLAIM && !s->ring)
         return "this group has no ring: it owns no slots to move";

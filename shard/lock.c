@@ -714,12 +714,6 @@ uint64_t tk_lock_held_in(const struct tk_lock_table *t, const uint64_t *slots)
     return n;
 }
 
-uint32_t tk_lock_held_at(const struct tk_lock_table *t, uint32_t slot)
-{
-    TK_ASSERT(slot < TK_SLOTS);
-    return t->slot_held[slot];
-}
-
 const uint32_t *tk_lock_slot_held(const struct tk_lock_table *t)
 {
     return t->slot_held;

@@ -203,9 +203,8 @@ void tk_lock_stats(const struct tk_lock_table *t, struct tk_lock_stats *out);
 /* Slots (SPEC 15; slots is a bitmap of TK_SLOTS bits, core/slots.h).
  * tk_lock_held_in(): the keys of those slots that have a committed holder
  * or a grant in flight (what a move must wait for). O(TK_SLOTS + keys in
- * flight). tk_lock_held_at(): committed holders of one slot. */
+ * flight). */
 uint64_t tk_lock_held_in(const struct tk_lock_table *t, const uint64_t *slots);
-uint32_t tk_lock_held_at(const struct tk_lock_table *t, uint32_t slot);
 /* Every slot's committed holders: TK_SLOTS counts, valid while t lives. */
 const uint32_t *tk_lock_slot_held(const struct tk_lock_table *t);
 /* Leader: every waiter queued on a key of those slots (frozen for a move)

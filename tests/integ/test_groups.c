@@ -118,15 +118,6 @@ static void expect_line(struct tk_tc *c, const char *want)
     cr_assert_str_eq(line, want);
 }
 
-static uint64_t status_u64(struct tk_cluster *c, int i, const char *name)
-{
-    static char st[1 << 17];
-    cr_assert_eq(tk_cluster_status(c, i, st, sizeof(st)), 200, "status of node %d", i);
-    uint64_t v = UINT64_MAX;
-    cr_assert(tk_json_u64(st, name, &v), "%s in /status of node %d", name, i);
-    return v;
-}
-
 TestSuite(groups, .fini = teardown, .timeout = 240);
 
 Test(groups, two_groups_serve_their_slots_and_keep_the_ring)
@@ -238,8 +229,8 @@ Test(groups, two_groups_serve_their_slots_and_keep_the_ring)
     cr_assert(seen, "one key held in 8192-16383: %s", st);
 
     /* /status and /metrics say what the group owns. */
-    cr_assert_eq(status_u64(&A, la, "ring_version"), 4);
-    cr_assert_eq(status_u64(&A, la, "slots_owned"), 8192);
+    cr_assert_eq(cr_status_u64(&A, la, "ring_version"), 4);
+    cr_assert_eq(cr_status_u64(&A, la, "slots_owned"), 8192);
     static char metrics[1 << 18];
     cr_assert_eq(tk_http_get(A.node[la].port + 2, "/metrics", metrics, sizeof(metrics)), 200);
     uint64_t v = 0;
@@ -262,8 +253,8 @@ Test(groups, two_groups_serve_their_slots_and_keep_the_ring)
     cr_assert_gt(tk_node_stop(&A.node[f], SIGKILL, 5000), -1);
     cr_assert_eq(tk_cluster_restart(&A, f), 0);
     cr_assert_geq(tk_cluster_wait_ready(&A, f, 30000), 0, "the restarted member is ready");
-    cr_assert_eq(status_u64(&A, f, "ring_version"), 4, "the ring came with the snapshot");
-    cr_assert_eq(status_u64(&A, f, "slots_owned"), 8192);
+    cr_assert_eq(cr_status_u64(&A, f, "ring_version"), 4, "the ring came with the snapshot");
+    cr_assert_eq(cr_status_u64(&A, f, "slots_owned"), 8192);
     cr_assert_eq(tk_http_get(A.node[f].port + 2, "/metrics", metrics, sizeof(metrics)), 200);
     cr_assert(
         tk_metric_u64(metrics, "ticketing_raft_snapshots_total{event=\"installed\"}", &v) && v >= 1,

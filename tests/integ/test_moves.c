@@ -61,15 +61,6 @@ static void write_ring(const char *path, uint64_t v, uint32_t at_b)
     fclose(f);
 }
 
-static uint64_t status_u64(struct tk_cluster *c, int i, const char *name)
-{
-    static char st[1 << 17];
-    cr_assert_eq(tk_cluster_status(c, i, st, sizeof(st)), 200, "status of node %d", i);
-    uint64_t v = UINT64_MAX;
-    cr_assert(tk_json_u64(st, name, &v), "%s in /status of node %d", name, i);
-    return v;
-}
-
 static pid_t spawn_sh(const char *cmd, const char *log)
 {
     pid_t pid = fork();
@@ -150,7 +141,7 @@ Test(moves, slots_move_under_load_while_the_source_leader_dies)
     cr_assert_geq(la, 0);
     /* Killed as soon as it has frozen the slots (or after 3 s). */
     for (uint64_t end = tk_test_ms() + 3000; tk_test_ms() < end; usleep(20 * 1000))
-        if (status_u64(&A, la, "slots_frozen") > 0)
+        if (cr_status_u64(&A, la, "slots_frozen") > 0)
             break;
     cr_assert_geq(tk_node_stop(&A.node[la], SIGKILL, 5000), 0);
     int rc = wait_exit(mover);
@@ -191,11 +182,11 @@ Test(moves, slots_move_under_load_while_the_source_leader_dies)
 
     int na = tk_cluster_leader(&A, 10000, 0), nb = tk_cluster_leader(&B, 10000, 0);
     cr_assert(na >= 0 && nb >= 0);
-    cr_assert_eq(status_u64(&A, na, "slots_owned"), 8092);
-    cr_assert_eq(status_u64(&A, na, "slots_frozen"), 0);
-    cr_assert_eq(status_u64(&B, nb, "slots_owned"), 8292);
-    cr_assert_eq(status_u64(&A, la, "ring_version"), 2, "the restarted member has the ring");
-    cr_assert_eq(status_u64(&A, la, "slots_owned"), 8092);
+    cr_assert_eq(cr_status_u64(&A, na, "slots_owned"), 8092);
+    cr_assert_eq(cr_status_u64(&A, na, "slots_frozen"), 0);
+    cr_assert_eq(cr_status_u64(&B, nb, "slots_owned"), 8292);
+    cr_assert_eq(cr_status_u64(&A, la, "ring_version"), 2, "the restarted member has the ring");
+    cr_assert_eq(cr_status_u64(&A, la, "slots_owned"), 8092);
     /* The same move again: every step answered done. */
     rc = tk_run_cmd(out, sizeof(out), "%s", cmd);
     cr_assert_eq(rc, 0, "the move run again: exit %d\n%s", rc, out);
@@ -211,6 +202,6 @@ Test(moves, slots_move_under_load_while_the_source_leader_dies)
     cr_assert_eq(rc, 84, "exit %d\n%s", rc, out);
     cr_assert(strstr(out, "freeze: refused by group sales-a: group 'sales-a' does not own slot 0"),
               "%s", out);
-    cr_assert_eq(status_u64(&A, na, "slots_frozen"), 0);
-    cr_assert_eq(status_u64(&A, na, "ring_version"), 2);
+    cr_assert_eq(cr_status_u64(&A, na, "slots_frozen"), 0);
+    cr_assert_eq(cr_status_u64(&A, na, "ring_version"), 2);
 }

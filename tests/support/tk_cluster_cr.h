@@ -20,6 +20,16 @@ static inline struct tk_tc *cr_open_node(struct tk_cluster *cl, int i)
     return c;
 }
 
+/* A numeric field of node i's /status (asserted present). */
+static inline uint64_t cr_status_u64(struct tk_cluster *c, int i, const char *name)
+{
+    static char st[1 << 17];
+    cr_assert_eq(tk_cluster_status(c, i, st, sizeof(st)), 200, "status of node %d", i);
+    uint64_t v = UINT64_MAX;
+    cr_assert(tk_json_u64(st, name, &v), "%s in /status of node %d", name, i);
+    return v;
+}
+
 static inline void cr_drop(struct tk_tc *c)
 {
     tk_tc_close(c);
