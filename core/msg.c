@@ -4,6 +4,7 @@
  * process), variable parts last. Each kind has a fixed part whose size is
  * checked at compile time against the fields it holds.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/msg.h"
@@ -365,6 +366,19 @@ int tk_msg_decode(uint32_t kind, const uint8_t *buf, size_t len, struct tk_msg *
             return TK_EPROTO;
     }
     return r.bad || r.left != 0 ? TK_EPROTO : TK_OK;
+}
+
+void tk_msg_drop(uint32_t kind, const uint8_t *buf, size_t len)
+{
+    struct tk_msg m;
+    if (tk_msg_decode(kind, buf, len, &m) != TK_OK)
+        return;
+    if (kind == TK_MSG_SNAP_PART)
+        free(m.u.snap_part.data);
+    else if (kind == TK_MSG_INSTALL)
+        free(m.u.install.data);
+    else if (kind == TK_MSG_SLOTS)
+        free(m.u.slots.view);
 }
 
 void tk_msg_send(const struct tk_msg_out *out, uint32_t dst, const struct tk_msg *m)

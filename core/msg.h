@@ -190,6 +190,10 @@ void tk_msg_encode(const struct tk_msg *m, uint8_t *out);
 /* Decodes a message of the given kind; pointers in *m point into buf.
  * TK_OK, or TK_EPROTO if the bytes are not a valid message of that kind. */
 int tk_msg_decode(uint32_t kind, const uint8_t *buf, size_t len, struct tk_msg *m);
+/* A message that is dropped undelivered (its queue dies with a crashed
+ * or stopped node) gives back what it owns: snapshot parts, installs
+ * and slot views carry malloc'd memory the receiver would have freed. */
+void tk_msg_drop(uint32_t kind, const uint8_t *buf, size_t len);
 
 /* Where outgoing messages go: a ring in the server, a queue in the
  * simulation. put returns room for len bytes, never NULL (the caller's

@@ -178,15 +178,7 @@ static void q_drop(struct q *q)
 {
     struct qm m;
     while (q_pop(q, &m)) {
-        struct tk_msg x;
-        if (tk_msg_decode(m.kind, m.b, m.len, &x) == TK_OK) {
-            if (m.kind == TK_MSG_SNAP_PART)
-                free(x.u.snap_part.data);
-            else if (m.kind == TK_MSG_INSTALL)
-                free(x.u.install.data);
-            else if (m.kind == TK_MSG_SLOTS)
-                free(x.u.slots.view);
-        }
+        tk_msg_drop(m.kind, m.b, m.len);
         free(m.b);
     }
     free(q->v);

@@ -1008,20 +1008,6 @@ static void after_role(struct sim_proc *P, uint32_t i, const struct tk_msg_role 
         }
 }
 
-static void free_owned(const struct qmsg *m)
-{
-    if (m->kind != TK_MSG_SNAP_PART && m->kind != TK_MSG_INSTALL)
-        return;
-    struct tk_msg x;
-    if (tk_msg_decode(m->kind, m->bytes, m->len, &x) != TK_OK)
-        return;
-    if (m->kind == TK_MSG_SNAP_PART) {
-        free(x.u.snap_part.data);
-    } else {
-        free(x.u.install.data);
-    }
-}
-
 static void deliver_shard(struct sim_proc *P,
                           uint32_t i,
                           uint32_t src,
@@ -1175,7 +1161,8 @@ static void proc_kill(struct sim_proc *P)
         for (uint32_t s = 0; s <= P->nshards; s++) {
             struct queue *q = &P->q[d][s];
             while (q->n) {
-                free_owned(q_head(q));
+                struct qmsg *m = q_head(q);
+                tk_msg_drop(m->kind, m->bytes, m->len);
                 q_pop(q);
             }
         }
