@@ -56,7 +56,7 @@ SHAPES = {
     "ring": {"version": int, "body": str},
     "query": {"held": bool, "owner": (str, type(None)), "token": int, "waiters": int},
     "stats": {"compensations": int, "indeterminate": int, "moved": int,
-              "releases_queued": int},
+              "releases_queued": int, "ring_version": int, "rerouted": int},
 }
 
 
@@ -362,6 +362,9 @@ class Run:
         self.timers = []
         self.errors = []  # from delayed actions
         self.killed = None
+        self.taken = set()  # ports picked by this run
+        self.groups = {}  # gid -> {"name", "nodes"} when the scenario has groups
+        self.moves = []  # (exit status, output) of each move, in order
         self.workdir = tempfile.mkdtemp(prefix="tk-conf-")
         self.certs = None  # the certificates' directory when the scenario runs TLS
         self.tls_ctx = None  # the runner's own TLS client context, made once
@@ -384,12 +387,14 @@ class Run:
                                      os.path.join(self.certs, "client.key"))
 
     def start_nodes(self, count, tls, server_args):
+        """Starts one standalone node or one cluster of count nodes and
+        waits until it serves; returns its nodes (also in self.nodes)."""
         write_secret(os.path.join(self.workdir, "client.secret"), SECRET)
         write_secret(os.path.join(self.workdir, "peer.secret"), PEER_SECRET)
         binary = os.path.join(self.build, "ticketingd")
-        taken = set()
-        ports = [free_port3(taken) for _ in range(count)]
-        for i, p in enumerate(ports):
+        ports = [free_port3(self.taken) for _ in range(count)]
+        nodes = []
+        for p in ports:
             extra = []
             if count > 1:
                 extra = ["--peers", ",".join("127.0.0.1:%d" % (q + 1) for q in ports),
@@ -401,27 +406,92 @@ class Run:
                 extra += ["--tls-cert", os.path.join(self.certs, "node.pem"),
                           "--tls-key", os.path.join(self.certs, "node.key"),
                           "--tls-ca", os.path.join(self.certs, "ca.pem"), "--tls-client-auth"]
-            self.nodes.append(Node(binary, p, self.workdir, i, extra + list(server_args)))
+            nodes.append(Node(binary, p, self.workdir, len(self.nodes), extra + list(server_args)))
+            self.nodes.append(nodes[-1])
         end = time.monotonic() + 20
         while time.monotonic() < end:
             if count == 1:
                 try:
                     LineClient(ports[0], timeout=1, tls_ctx=self.tls_ctx).close()
-                    return
+                    return nodes
                 except OSError:
                     pass
-            elif self.leader() is not None:
-                return
-            if not all(n.alive() for n in self.nodes):
-                raise StepFailed("ticketingd exited at start (see %s)" % self.nodes[0].log)
+            elif self.leader(nodes) is not None:
+                return nodes
+            if not all(n.alive() for n in nodes):
+                raise StepFailed("ticketingd exited at start (see %s)" % nodes[0].log)
             time.sleep(0.05)
         raise StepFailed("no serving node within 20 s")
 
-    def leader(self):
-        for n in self.nodes:
+    # groups (SPEC 15): each a 3-node cluster started with --group, given
+    # the scenario's ring over its peer port by ticketctl ring apply
+
+    def ring_file(self, ring):
+        """Writes a ring file of {"version": N, "ranges": [["F-L", "gid"], ...]}
+        with each group's client addresses; returns its path."""
+        path = os.path.join(self.workdir, "ring-%d.txt" % ring["version"])
+        lines = ["version %d" % ring["version"]]
+        for rng, gid in ring["ranges"]:
+            g = self.groups[gid]
+            lines.append("%s=%s@%s" % (rng, g["name"],
+                                       ",".join("127.0.0.1:%d" % n.port for n in g["nodes"])))
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
+
+    def ticketctl(self, args, timeout_s=60):
+        argv = [os.path.join(self.build, "ticketctl")] + args
+        self.log("ticketctl: %s" % " ".join(shlex.quote(a) for a in argv))
+        done = subprocess.run(argv, capture_output=True, timeout=timeout_s)
+        out = (done.stdout + done.stderr).decode(errors="replace").strip()
+        self.log("  -> exit %d: %s" % (done.returncode, out))
+        return done.returncode, out
+
+    def peers(self, gid):
+        return ",".join("127.0.0.1:%d" % (n.port + 1) for n in self.groups[gid]["nodes"])
+
+    def start_groups(self, groups, ring, tls, server_args):
+        for gid in sorted(groups):
+            name = groups[gid]["name"]
+            nodes = self.start_nodes(groups[gid].get("nodes", 3), tls,
+                                     ["--group", name] + list(server_args))
+            self.groups[gid] = {"name": name, "nodes": nodes}
+        path = self.ring_file(ring)
+        for gid in sorted(groups):
+            rc, out = self.ticketctl(["ring", "apply", path, "--group", self.groups[gid]["name"],
+                                      "--peers", self.peers(gid), "--peer-secret-file",
+                                      os.path.join(self.workdir, "peer.secret"),
+                                      "--timeout", "20s"])
+            if rc != 0:
+                raise StepFailed("ring apply to group %s: exit %d: %s" % (gid, rc, out))
+
+    def move(self, step):
+        """ticketctl slots move RANGE from group `from` to group `to` with
+        the ring the move ends in; its exit status and output are kept for
+        await_move."""
+        path = self.ring_file(step["ring"])
+        src, dst = step["from"], step["to"]
+        rc, out = self.ticketctl(["slots", "move", step["range"],
+                                  "--group", self.groups[src]["name"],
+                                  "--to", self.groups[dst]["name"], "--ring", path,
+                                  "--peers", self.peers(src), "--to-peers", self.peers(dst),
+                                  "--peer-secret-file", os.path.join(self.workdir, "peer.secret"),
+                                  "--wait", "%ds" % (step.get("wait_ms", 30000) // 1000)],
+                                 timeout_s=step.get("wait_ms", 30000) / 1000 + 30)
+        self.moves.append((rc, out))
+
+    def leader(self, nodes=None):
+        for n in self.nodes if nodes is None else nodes:
             if n.alive() and n.serves():
                 return n
         return None
+
+    def group_nodes(self, gid):
+        if gid is None:
+            return self.nodes
+        if gid not in self.groups:
+            raise StepFailed("no group %r in this scenario" % gid)
+        return self.groups[gid]["nodes"]
 
     def resolve_addr(self, a):
         kind, _, arg = a.partition(":")
@@ -435,8 +505,10 @@ class Run:
                 raise StepFailed("no leader")
             pick = lead if kind == "leader" else next(n for n in self.nodes if n is not lead)
             return "127.0.0.1:%d" % pick.port
+        if kind == "group":  # every client address of a group
+            return ",".join("127.0.0.1:%d" % n.port for n in self.group_nodes(arg))
         if kind == "closed":  # a port where nothing listens
-            return "127.0.0.1:%d" % free_port3(set())
+            return "127.0.0.1:%d" % free_port3(self.taken)
         raise StepFailed("bad address %r" % a)
 
     def setup(self):
@@ -444,7 +516,10 @@ class Run:
         tls = st.get("tls")
         if tls is not None:
             self.make_certs()
-        self.start_nodes(st.get("nodes", 1), tls is not None, st.get("server_args", []))
+        if "groups" in st:
+            self.start_groups(st["groups"], st["ring"], tls is not None, st.get("server_args", []))
+        else:
+            self.start_nodes(st.get("nodes", 1), tls is not None, st.get("server_args", []))
         for pname, p in st.get("proxies", {}).items():
             target = self.nodes[p.get("node", 0)].port
             if p.get("to") == "leader":
@@ -473,21 +548,25 @@ class Run:
 
     # the server's view
 
-    def server_port(self):
-        n = self.leader() if len(self.nodes) > 1 else self.nodes[0]
+    def server_port(self, gid=None):
+        nodes = self.group_nodes(gid)
+        n = self.leader(nodes) if len(nodes) > 1 else nodes[0]
         if n is None:
             raise StepFailed("no serving node to ask")
         return n.port
 
-    def server_query(self, key):
-        c = LineClient(self.server_port(), tls_ctx=self.tls_ctx)
+    def server_query(self, key, gid=None):
+        c = LineClient(self.server_port(gid), tls_ctx=self.tls_ctx)
         try:
             parts = c.ask("Q 1 %s" % key).split()
         finally:
             c.close()
+        if len(parts) == 4 and parts[0] == "W":
+            return {"wrong_group": True, "held": False, "owner": None, "token": 0, "waiters": 0}
         if len(parts) != 5 or parts[0] != "Q":
             raise StepFailed("the server answered the query with %r" % " ".join(parts))
-        return {"held": parts[3] != "0", "owner": parts[2] if parts[3] != "0" else None,
+        return {"wrong_group": False, "held": parts[3] != "0",
+                "owner": parts[2] if parts[3] != "0" else None,
                 "token": int(parts[3]), "waiters": int(parts[4])}
 
     # actions
@@ -523,6 +602,18 @@ class Run:
             n = self.nodes[step.get("node", 0)]
             n.signal({"stop": signal.SIGSTOP, "cont": signal.SIGCONT,
                       "kill": signal.SIGKILL}[act])
+        elif act == "move":
+            self.move(step)
+        elif act == "await_move":
+            end = time.monotonic() + step.get("within_ms", 60000) / 1000
+            while not self.moves and time.monotonic() < end:
+                time.sleep(0.05)
+            if not self.moves:
+                raise StepFailed("the move did not end")
+            rc, out = self.moves.pop(0)
+            if rc != step.get("exit", 0):
+                raise StepFailed("slots move exited %d (wanted %d): %s"
+                                 % (rc, step.get("exit", 0), out))
         elif act == "await_new_leader":
             end = time.monotonic() + step.get("within_ms", 20000) / 1000
             while time.monotonic() < end:
@@ -549,7 +640,7 @@ class Run:
         key = step["key"]
         end = now_ms() + step.get("within_ms", 0)
         while True:
-            view = self.server_query(key)
+            view = self.server_query(key, step.get("group"))
             if "held" in step:
                 bad = None if view["held"] == step["held"] else "held = %r" % view["held"]
             else:
