@@ -25,6 +25,8 @@
 
 /* ---- small things ------------------------------------------------------ */
 
+_Thread_local bool cl_on_client_thread;
+
 uint64_t cl_now_us(void)
 {
     struct timespec ts;
@@ -132,15 +134,11 @@ static int client_setup_io(struct tk_client *c)
     return TK_CLIENT_ENONE;
 }
 
-int tk_client_create(const struct tk_client_config *cfg, struct tk_client **out)
+static struct tk_client *client_alloc(void)
 {
-    int rc;
-    if (cfg == NULL || out == NULL)
-        return TK_CLIENT_EINVAL;
-    *out = NULL;
     struct tk_client *c = calloc(1, sizeof *c);
     if (c == NULL)
-        return TK_CLIENT_ENOMEM;
+        return NULL;
     c->efd = -1;
     c->epfd = -1;
     c->leader = -1;
@@ -148,13 +146,32 @@ int tk_client_create(const struct tk_client_config *cfg, struct tk_client **out)
     pthread_cond_init(&c->ready_cond, NULL);
     pthread_mutex_init(&c->rmu, NULL);
     pthread_cond_init(&c->rcond, NULL);
-    if ((rc = cl_configure(c, cfg)) != 0 || (rc = client_setup_io(c)) != 0)
-        goto err;
-    if (pthread_create(&c->io_thread, NULL, cl_io_main, c) != 0) {
-        rc = TK_CLIENT_ESYSTEM;
-        goto err;
-    }
+    return c;
+}
+
+/* After configuration: the I/O thread, and (seed only) the routing. */
+static int client_start(struct tk_client *c, bool seed)
+{
+    int rc = client_setup_io(c);
+    if (rc != 0)
+        return rc;
+    if (pthread_create(&c->io_thread, NULL, cl_io_main, c) != 0)
+        return TK_CLIENT_ESYSTEM;
     c->io_started = true;
+    return seed ? cl_route_start(c) : TK_CLIENT_ENONE;
+}
+
+int tk_client_create(const struct tk_client_config *cfg, struct tk_client **out)
+{
+    int rc;
+    if (cfg == NULL || out == NULL)
+        return TK_CLIENT_EINVAL;
+    *out = NULL;
+    struct tk_client *c = client_alloc();
+    if (c == NULL)
+        return TK_CLIENT_ENOMEM;
+    if ((rc = cl_configure(c, cfg)) != 0 || (rc = client_start(c, true)) != 0)
+        goto err;
     *out = c;
     return TK_CLIENT_ENONE;
 err:
@@ -163,10 +180,26 @@ err:
     return rc;
 }
 
+int cl_child_create(const struct tk_client *seed, const char *addrs, struct tk_client **out)
+{
+    int rc;
+    *out = NULL;
+    struct tk_client *c = client_alloc();
+    if (c == NULL)
+        return TK_CLIENT_ENOMEM;
+    if ((rc = cl_configure_child(c, seed, addrs)) != 0 || (rc = client_start(c, false)) != 0) {
+        tk_client_destroy(c);
+        return rc;
+    }
+    *out = c;
+    return TK_CLIENT_ENONE;
+}
+
 void tk_client_destroy(struct tk_client *c)
 {
     if (c == NULL)
         return;
+    cl_route_stop(c); /* its requests end on the groups' clients, stopped next */
     if (c->io_started) {
         TK_ASSERT(!pthread_equal(pthread_self(), c->io_thread)); /* not from a callback */
         pthread_mutex_lock(&c->mu);
@@ -192,6 +225,7 @@ void tk_client_destroy(struct tk_client *c)
     pthread_cond_destroy(&c->ready_cond);
     pthread_mutex_destroy(&c->rmu);
     pthread_cond_destroy(&c->rcond);
+    cl_route_free(c);
     explicit_bzero(c->secret, sizeof c->secret);
     free(c);
 }
@@ -306,21 +340,9 @@ struct cl_req *cl_compensation_new(struct tk_client *c,
 
 /* ---- submission -------------------------------------------------------- */
 
-struct submit_args {
-    char type;
-    const char *key;
-    uint32_t lease_ms;
-    uint32_t wait_ms;
-    uint64_t token;
-    char *ring_buf; /* S */
-    size_t ring_cap;
-    void (*done)(void *arg, const struct tk_client_result *result);
-    void *arg;
-};
-
 /* Checks the fields the way the server would (SPEC 5) and names the first
  * bad one in reason (may be NULL). */
-static int submit_check(const struct submit_args *a, size_t *key_len, char *reason)
+int cl_submit_check(const struct cl_submit_args *a, size_t *key_len, char *reason)
 {
     const char *bad = NULL;
     *key_len = 0;
@@ -343,10 +365,10 @@ static int submit_check(const struct submit_args *a, size_t *key_len, char *reas
     return bad ? TK_CLIENT_EINVAL : TK_CLIENT_ENONE;
 }
 
-static int submit(struct tk_client *c, const struct submit_args *a, uint64_t *handle, char *reason)
+int cl_submit(struct tk_client *c, const struct cl_submit_args *a, uint64_t *handle, char *reason)
 {
     size_t key_len;
-    int rc = submit_check(a, &key_len, reason);
+    int rc = cl_submit_check(a, &key_len, reason);
     if (rc != 0)
         return rc;
     if (a->done == NULL)
@@ -373,7 +395,7 @@ static int submit(struct tk_client *c, const struct submit_args *a, uint64_t *ha
         r->token = a->token;
         r->ring_buf = a->ring_buf;
         r->ring_cap = a->ring_cap;
-        r->submit_us = now;
+        r->submit_us = a->submit_us != 0 ? a->submit_us : now;
         r->done = a->done;
         r->arg = a->arg;
         cl_list_push_back(&c->submitted, r);
@@ -394,13 +416,13 @@ int tk_client_acquire_async(struct tk_client *c,
                             void *arg,
                             uint64_t *handle)
 {
-    struct submit_args a = {.type = 'A',
-                            .key = key,
-                            .lease_ms = lease_ms,
-                            .wait_ms = wait_ms,
-                            .done = done,
-                            .arg = arg};
-    return submit(c, &a, handle, NULL);
+    struct cl_submit_args a = {.type = 'A',
+                               .key = key,
+                               .lease_ms = lease_ms,
+                               .wait_ms = wait_ms,
+                               .done = done,
+                               .arg = arg};
+    return cl_route_submit(c, &a, handle, NULL);
 }
 
 int tk_client_release_async(struct tk_client *c,
@@ -409,8 +431,8 @@ int tk_client_release_async(struct tk_client *c,
                             void (*done)(void *arg, const struct tk_client_result *result),
                             void *arg)
 {
-    struct submit_args a = {.type = 'R', .key = key, .token = token, .done = done, .arg = arg};
-    return submit(c, &a, NULL, NULL);
+    struct cl_submit_args a = {.type = 'R', .key = key, .token = token, .done = done, .arg = arg};
+    return cl_route_submit(c, &a, NULL, NULL);
 }
 
 int tk_client_query_async(struct tk_client *c,
@@ -418,16 +440,16 @@ int tk_client_query_async(struct tk_client *c,
                           void (*done)(void *arg, const struct tk_client_result *result),
                           void *arg)
 {
-    struct submit_args a = {.type = 'Q', .key = key, .done = done, .arg = arg};
-    return submit(c, &a, NULL, NULL);
+    struct cl_submit_args a = {.type = 'Q', .key = key, .done = done, .arg = arg};
+    return cl_route_submit(c, &a, NULL, NULL);
 }
 
 int tk_client_ping_async(struct tk_client *c,
                          void (*done)(void *arg, const struct tk_client_result *result),
                          void *arg)
 {
-    struct submit_args a = {.type = 'P', .done = done, .arg = arg};
-    return submit(c, &a, NULL, NULL);
+    struct cl_submit_args a = {.type = 'P', .done = done, .arg = arg};
+    return cl_submit(c, &a, NULL, NULL);
 }
 
 int tk_client_ring_async(struct tk_client *c,
@@ -436,15 +458,15 @@ int tk_client_ring_async(struct tk_client *c,
                          void (*done)(void *arg, const struct tk_client_result *result),
                          void *arg)
 {
-    struct submit_args a = {
+    struct cl_submit_args a = {
         .type = 'S', .ring_buf = buf, .ring_cap = cap, .done = done, .arg = arg};
     /* "" until an answer fills it: the I/O thread writes it only later. */
     if (buf != NULL && cap > 0)
         buf[0] = '\0';
-    return submit(c, &a, NULL, NULL);
+    return cl_submit(c, &a, NULL, NULL);
 }
 
-int tk_client_cancel(struct tk_client *c, uint64_t handle)
+int cl_cancel(struct tk_client *c, uint64_t handle)
 {
     uint32_t index = (uint32_t)handle, gen = (uint32_t)(handle >> 32);
     int rc = TK_CLIENT_ENONE;
@@ -472,6 +494,11 @@ int tk_client_cancel(struct tk_client *c, uint64_t handle)
     return rc;
 }
 
+int tk_client_cancel(struct tk_client *c, uint64_t handle)
+{
+    return c->route != NULL ? cl_route_cancel(c, handle) : cl_cancel(c, handle);
+}
+
 /* ---- blocking wrappers -------------------------------------------------- */
 
 struct waiter {
@@ -495,25 +522,22 @@ static void waiter_done(void *arg, const struct tk_client_result *result)
  * field is INVALID with its reason, a full release queue QUEUE_FULL, no room
  * for another request UNAVAILABLE (nothing was sent), a client shutting down
  * CANCELLED, a call from the I/O thread INVALID "thread". */
-static enum tk_client_outcome blocking(struct tk_client *c,
-                                       struct submit_args *a,
-                                       struct tk_client_result *out)
+enum tk_client_outcome cl_blocking(struct tk_client *c,
+                                   struct cl_submit_args *a,
+                                   struct tk_client_result *out)
 {
     struct waiter w = {.done = false};
     struct tk_client_result tmp;
     struct tk_client_result *res = out ? out : &tmp;
     memset(res, 0, sizeof *res);
     res->key = a->key ? a->key : "";
-    if (c->io_started && pthread_equal(pthread_self(), c->io_thread)) {
-        res->outcome = TK_CLIENT_INVALID;
-        snprintf(res->reason, sizeof res->reason, "thread");
-        return res->outcome;
-    }
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
     a->done = waiter_done;
     a->arg = &w;
-    int rc = submit(c, a, NULL, res->reason);
+    bool keyed = a->type == 'A' || a->type == 'R' || a->type == 'Q';
+    int rc = keyed && c->route != NULL ? cl_route_submit(c, a, NULL, res->reason)
+                                       : cl_submit(c, a, NULL, res->reason);
     if (rc == TK_CLIENT_ENONE) {
         pthread_mutex_lock(&w.mu);
         while (!w.done)
@@ -537,13 +561,32 @@ static enum tk_client_outcome blocking(struct tk_client *c,
     return res->outcome;
 }
 
+/* A blocking call: refused on the library's own threads (a callback
+ * waiting there for an answer that thread must deliver would wait
+ * forever). */
+static enum tk_client_outcome blocking(struct tk_client *c,
+                                       struct cl_submit_args *a,
+                                       struct tk_client_result *out)
+{
+    if (cl_on_client_thread) {
+        struct tk_client_result tmp;
+        struct tk_client_result *res = out ? out : &tmp;
+        memset(res, 0, sizeof *res);
+        res->key = a->key ? a->key : "";
+        res->outcome = TK_CLIENT_INVALID;
+        snprintf(res->reason, sizeof res->reason, "thread");
+        return res->outcome;
+    }
+    return cl_blocking(c, a, out);
+}
+
 enum tk_client_outcome tk_client_acquire(struct tk_client *c,
                                          const char *key,
                                          uint32_t lease_ms,
                                          uint32_t wait_ms,
                                          struct tk_client_result *out)
 {
-    struct submit_args a = {.type = 'A', .key = key, .lease_ms = lease_ms, .wait_ms = wait_ms};
+    struct cl_submit_args a = {.type = 'A', .key = key, .lease_ms = lease_ms, .wait_ms = wait_ms};
     return blocking(c, &a, out);
 }
 
@@ -552,7 +595,7 @@ enum tk_client_outcome tk_client_release(struct tk_client *c,
                                          uint64_t token,
                                          struct tk_client_result *out)
 {
-    struct submit_args a = {.type = 'R', .key = key, .token = token};
+    struct cl_submit_args a = {.type = 'R', .key = key, .token = token};
     return blocking(c, &a, out);
 }
 
@@ -560,13 +603,13 @@ enum tk_client_outcome tk_client_query(struct tk_client *c,
                                        const char *key,
                                        struct tk_client_result *out)
 {
-    struct submit_args a = {.type = 'Q', .key = key};
+    struct cl_submit_args a = {.type = 'Q', .key = key};
     return blocking(c, &a, out);
 }
 
 enum tk_client_outcome tk_client_ping(struct tk_client *c, struct tk_client_result *out)
 {
-    struct submit_args a = {.type = 'P'};
+    struct cl_submit_args a = {.type = 'P'};
     return blocking(c, &a, out);
 }
 
@@ -575,7 +618,7 @@ enum tk_client_outcome tk_client_ring(struct tk_client *c,
                                       size_t cap,
                                       struct tk_client_result *out)
 {
-    struct submit_args a = {.type = 'S', .ring_buf = buf, .ring_cap = cap};
+    struct cl_submit_args a = {.type = 'S', .ring_buf = buf, .ring_cap = cap};
     if (buf != NULL && cap > 0)
         buf[0] = '\0'; /* also what a refusal without a round trip leaves */
     return blocking(c, &a, out);
@@ -615,4 +658,6 @@ void tk_client_stats(struct tk_client *c, struct tk_client_stats *out)
     out->releases_queued = c->live_releases;
     snprintf(out->leader_hint, sizeof out->leader_hint, "%s", c->leader_hint);
     pthread_mutex_unlock(&c->mu);
+    if (c->route != NULL)
+        cl_route_stats(c, out);
 }

@@ -254,6 +254,28 @@ static int client_cfg_tls(struct tk_client *c, const struct tk_client_config *in
     return TK_CLIENT_ENONE;
 }
 
+int cl_configure_child(struct tk_client *c, const struct tk_client *seed, const char *addrs)
+{
+    c->cfg = seed->cfg;
+    c->cfg.addrs = c->cfg.secret_file = c->cfg.owner = NULL;
+    c->cfg.secret = NULL;
+    c->cfg.tls_ca_file = c->cfg.tls_cert_file = c->cfg.tls_key_file = NULL;
+    c->cfg.tls_server_name = NULL;
+    memcpy(c->owner, seed->owner, sizeof c->owner);
+    c->owner_len = seed->owner_len;
+    memcpy(c->secret, seed->secret, sizeof c->secret);
+    c->secret_len = seed->secret_len;
+    c->pool_cap = seed->pool_cap;
+    if (seed->tls_ctx != NULL) {
+        tk_tls_ctx_ref(seed->tls_ctx);
+        c->tls_ctx = seed->tls_ctx;
+    }
+    memcpy(c->tls_server_name, seed->tls_server_name, sizeof c->tls_server_name);
+    memcpy(c->tls_ca_file, seed->tls_ca_file, sizeof c->tls_ca_file);
+    c->tls_client_cert = seed->tls_client_cert;
+    return client_cfg_addrs(c, addrs);
+}
+
 int cl_configure(struct tk_client *c, const struct tk_client_config *cfg)
 {
     int rc;

@@ -243,13 +243,51 @@ struct tk_client {
     bool draining; /* stopping seen: only releases go on */
     uint64_t drain_deadline_us;
     uint32_t wire_acquires; /* acquires holding an id on some connection */
+
+    /* ---- routing (client/route.c): the seed's only; NULL in a child ---- */
+    struct cl_route *route;
 };
+
+/* What a call asks for (client.c's submission). submit_us 0: now; a
+ * request resent after W keeps its first call's time, so its budget
+ * counts from there (client/route.c). */
+struct cl_submit_args {
+    char type;
+    const char *key;
+    uint32_t lease_ms;
+    uint32_t wait_ms;
+    uint64_t token;
+    char *ring_buf; /* S */
+    size_t ring_cap;
+    uint64_t submit_us;
+    void (*done)(void *arg, const struct tk_client_result *result);
+    void *arg;
+};
+
+/* Set on every thread the library runs callbacks on (I/O threads, the
+ * routing thread): the blocking calls refuse to run there. */
+extern _Thread_local bool cl_on_client_thread;
 
 /* client.c */
 uint64_t cl_now_us(void);
+/* Checks a's fields as the server would (reason: the bad one's word). */
+int cl_submit_check(const struct cl_submit_args *a, size_t *key_len, char *reason);
+/* Hands one request to c's I/O thread (no routing); *handle for cancel. */
+int cl_submit(struct tk_client *c, const struct cl_submit_args *a, uint64_t *handle, char *reason);
+/* tk_client_cancel without routing (a handle of c's own pool). */
+int cl_cancel(struct tk_client *c, uint64_t handle);
+/* Runs a to its outcome on c (keyed requests routed; no thread check). */
+enum tk_client_outcome cl_blocking(struct tk_client *c,
+                                   struct cl_submit_args *a,
+                                   struct tk_client_result *out);
+/* A client of another group for the routing of seed: seed's settings
+ * (numbers, owner, secret, TLS, log) and addrs. */
+int cl_child_create(const struct tk_client *seed, const char *addrs, struct tk_client **out);
 /* client_cfg.c: checks cfg and keeps it in c (numbers, TLS, secret,
  * owner, addresses); TK_CLIENT_ENONE or the error, its reason logged. */
 int cl_configure(struct tk_client *c, const struct tk_client_config *cfg);
+/* The same for a child of seed (cl_child_create). */
+int cl_configure_child(struct tk_client *c, const struct tk_client *seed, const char *addrs);
 void cl_log(struct tk_client *c, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 struct cl_req *cl_req_at(struct tk_client *c, uint32_t index); /* under mu */
@@ -324,6 +362,21 @@ void cl_conn_append(struct cl_conn *k, size_t n);
 /* conn_read.c */
 /* Reads what the socket holds and handles every complete line. */
 void cl_conn_read(struct cl_conn *k, uint64_t now_us);
+
+/* route.c: routing by key across groups (docs/client.md, "Groups and
+ * the ring"). Every keyed request goes through cl_route_submit; W answers
+ * come back to the routing thread, which fetches the ring and resends. */
+int cl_route_start(struct tk_client *seed);
+int cl_route_submit(struct tk_client *seed,
+                    const struct cl_submit_args *a,
+                    uint64_t *handle,
+                    char *reason);
+int cl_route_cancel(struct tk_client *seed, uint64_t handle);
+/* Stops the routing thread and the children (before seed's own stop). */
+void cl_route_stop(struct tk_client *seed);
+void cl_route_free(struct tk_client *seed);
+/* Adds the children's figures and the routing's to *out. */
+void cl_route_stats(struct tk_client *seed, struct tk_client_stats *out);
 
 /* resolve.c */
 int cl_resolve_ask(struct tk_client *c, unsigned index, const char *host, const char *port);

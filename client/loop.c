@@ -756,6 +756,7 @@ void *cl_io_main(void *arg)
 {
     struct tk_client *c = arg;
     struct epoll_event evs[LOOP_EVENTS_MAX];
+    cl_on_client_thread = true;
     uint64_t now = cl_now_us();
     for (unsigned i = 0; i < c->nconns; i++)
         c->conns[i]->next_attempt_us = now;

@@ -302,8 +302,9 @@ TK_CLIENT_API enum tk_client_outcome tk_client_query(struct tk_client *c,
 
 /* The slot of a key (SPEC 15): FNV-1a 64 of its len bytes modulo
  * TK_CLIENT_SLOTS. A deployment of several groups maps each slot to one
- * group; every client computes the same number. Needs no client object;
- * routing requests by slot is not built yet. */
+ * group; every client computes the same number, and routes each request
+ * to the group its ring names for the slot (docs/client.md, "Groups and
+ * the ring"). Needs no client object. */
 #define TK_CLIENT_SLOTS 16384u
 TK_CLIENT_API uint32_t tk_client_slot(const char *key, size_t len);
 
@@ -413,6 +414,11 @@ struct tk_client_stats {
     uint64_t compensations_dropped; /* late grants not released: queue full */
     uint64_t indeterminate;         /* acquires that ended INDETERMINATE */
     char leader_hint[272];          /* the last M address ("" if none) */
+    /* Routing by key (docs/client.md, "Groups and the ring"); the figures
+     * above add up every group's connections. */
+    uint64_t ring_version; /* of the ring requests are routed by (0: none yet) */
+    uint64_t rerouted;     /* requests sent again after a W answer */
+    uint32_t groups;       /* groups with a connection set, the seed's included */
 };
 TK_CLIENT_API void tk_client_stats(struct tk_client *c, struct tk_client_stats *out);
 

@@ -426,8 +426,10 @@ static bool run(struct tk_client *c, const char *line)
         struct tk_client_stats st;
         tk_client_stats(c, &st);
         printf("{\"outcome\":\"OK\",\"compensations\":%" PRIu64 ",\"indeterminate\":%" PRIu64
-               ",\"moved\":%" PRIu64 ",\"releases_queued\":%" PRIu64,
-               st.compensations, st.indeterminate, st.moved, st.releases_queued);
+               ",\"moved\":%" PRIu64 ",\"releases_queued\":%" PRIu64 ",\"ring_version\":%" PRIu64
+               ",\"rerouted\":%" PRIu64,
+               st.compensations, st.indeterminate, st.moved, st.releases_queued, st.ring_version,
+               st.rerouted);
         result = false;
     } else if (strcmp(op, "slot") == 0) {
         const char *key = get_str(&o, "key", &err);

@@ -602,6 +602,24 @@ class Run:
             n = self.nodes[step.get("node", 0)]
             n.signal({"stop": signal.SIGSTOP, "cont": signal.SIGCONT,
                       "kill": signal.SIGKILL}[act])
+        elif act in ("acquire", "release"):
+            # Another owner's grant, held by the runner itself on a group's
+            # leader (the driver plays one sequential client).
+            c = LineClient(self.server_port(step.get("group")), tls_ctx=self.tls_ctx)
+            try:
+                if act == "acquire":
+                    got = c.ask("A 1 %s conf-runner %d 0" % (step["key"], step["lease_ms"]))
+                    parts = got.split()
+                    if len(parts) != 3 or parts[0] != "G":
+                        raise StepFailed("the runner's acquire of %s: %r" % (step["key"], got))
+                    self.env[step["save"]] = int(parts[2])
+                else:
+                    token = subst(step["token"], self.env)
+                    got = c.ask("R 1 %s conf-runner %d" % (step["key"], token))
+                    if got.split()[:1] != ["R"]:
+                        raise StepFailed("the runner's release of %s: %r" % (step["key"], got))
+            finally:
+                c.close()
         elif act == "move":
             self.move(step)
         elif act == "await_move":
