@@ -30,9 +30,10 @@
  *
  * Two groups (tests/integ/test_moves.c): --addrs-b names a second group
  * (--secret-file-b its client secret) and --slots LO-HI picks the keys among those whose slot is in
- * LO..HI. A thread sends to the group that granted it last; a WRONG_GROUP answer (nothing was done)
- * sends its next acquire to the other group. Result lines carry "g", the group asked (0: --addrs,
- * 1: --addrs-b).
+ * LO..HI. Each client routes by the ring itself (a W brings the ring and a resend); a
+ * WRONG_GROUP outcome (the budget ran out during a move: nothing was done) sends the thread's
+ * next acquire through the other client. Result lines carry "g", the client asked (0: --addrs,
+ * 1: --addrs-b), not the group that answered.
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -174,14 +174,14 @@ Test(moves, slots_move_under_load_while_the_source_leader_dies)
     if (rc != 0)
         A.keep_logs = true;
     cr_assert_eq(rc, 0, "the history checker found a violation (kept in %s)", dir);
-    /* Both groups granted the moved keys: A before the move, B after. */
-    rc = tk_run_cmd(out, sizeof(out), "grep -ci '\"outcome\":\"acquired\".*\"g\":1' %s", hist);
-    cr_assert_eq(rc, 0, "no key was granted by the target group");
+    /* Both groups granted the moved keys: A before the move, B after (B
+     * serves no other key of the load; the clients route by the ring, so
+     * "g" in the history says which client asked, not which group). */
     rc = tk_run_cmd(out, sizeof(out), "grep -ci '\"outcome\":\"acquired\".*\"g\":0' %s", hist);
-    cr_assert_eq(rc, 0, "no key was granted by the source group");
-
+    cr_assert_eq(rc, 0, "no key was granted through the source's client");
     int na = tk_cluster_leader(&A, 10000, 0), nb = tk_cluster_leader(&B, 10000, 0);
     cr_assert(na >= 0 && nb >= 0);
+    cr_assert_gt(cr_status_u64(&B, nb, "grants"), 0, "no key was granted by the target group");
     cr_assert_eq(cr_status_u64(&A, na, "slots_owned"), 8092);
     cr_assert_eq(cr_status_u64(&A, na, "slots_frozen"), 0);
     cr_assert_eq(cr_status_u64(&B, nb, "slots_owned"), 8292);
