@@ -106,7 +106,7 @@ static void usage(FILE *f)
         "  lock is held or free; remove-member, ring apply: sent, unanswered), 83\n"
         "  unavailable (status: no member answered, or none is the leader; members,\n"
         "  remove-member, ring apply: no leader known or it did not answer), 84 invalid\n"
-        "  (also wrong group: the key's slot is served by another group; remove-member:\n"
+        "  (also wrong group: no group serves the key's slot; remove-member:\n"
         "  refused, the member is alive or the last voter; ring apply: refused, or a\n"
         "  bad FILE), 85 lease lost during run, 86\n"
         "  release: not held, 87 release: unconfirmed, 88 status: degraded (a leader,\n"
@@ -432,7 +432,7 @@ static const char *outcome_text(enum tk_client_outcome o)
         case TK_CLIENT_UNCONFIRMED:
             return "unconfirmed: no answer before the deadline; do not assume it was released";
         case TK_CLIENT_WRONG_GROUP:
-            return "wrong group: the key's slot is served by another group; nothing changed";
+            return "wrong group: no group serves the key's slot; nothing changed";
         default:
             return tk_client_outcome_str(o);
     }
@@ -501,9 +501,9 @@ static int report_failure(const struct ctl_opts *o, const struct tk_client_resul
                 key, sep, (unsigned)r->slot);
     } else if (wrong) {
         fprintf(stderr,
-                "ticketctl: %s%swrong group: the key's slot %u is served by another group "
-                "(ring version %llu at the group asked: ticketctl ring show says which); "
-                "nothing changed\n",
+                "ticketctl: %s%swrong group: no group serves the key's slot %u by ring "
+                "version %llu (no range covers it, or a move of it did not end within the "
+                "budget: ticketctl ring show says which); nothing changed\n",
                 key, sep, (unsigned)r->slot, (unsigned long long)r->ring_version);
     } else if (cause[0]) {
         fprintf(stderr, "ticketctl: %s%sunavailable: %s%s; nothing was sent\n", key, sep,

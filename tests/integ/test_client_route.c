@@ -10,6 +10,7 @@
  *   cancelled through the handle the client gave;
  * - 300 pipelined acquires over both groups, then their releases, all
  *   succeed, and the servers agree on every holder;
+ * - ticketctl, given the first group only, answers for the other's key;
  * - destroy with nothing left behind (the ASan build checks the memory).
  * The conformance scenarios (tests/conformance) check the same rules for
  * every client, moves included. */
@@ -232,6 +233,19 @@ Test(client_route, one_client_routes_by_key_across_two_groups)
     }
     cr_assert_eq(st.requests_in_progress, 1, "%" PRIu64, st.requests_in_progress);
     cr_assert_eq(st.releases_queued, 0);
+
+    /* ticketctl routes the same way: --addr names sales-a only. */
+    char out[4096], want[64];
+    int rc = tk_run_cmd(out, sizeof(out), "%s --addr %s --secret-file %s query %s --json",
+                        TICKETCTL, a, A.node[0].secret_file, kb);
+    cr_assert_eq(rc, 0, "ticketctl query: exit %d\n%s", rc, out);
+    snprintf(want, sizeof(want), "%" PRIu64, tb);
+    cr_assert(strstr(out, want) && strstr(out, "route-test"), "%s", out);
+    rc = tk_run_cmd(out, sizeof(out), "%s --addr %s --secret-file %s query %s", TICKETCTL, a,
+                    A.node[0].secret_file, knone);
+    cr_assert_eq(rc, 84, "a slot no group serves: exit %d\n%s", rc, out);
+    cr_assert(strstr(out, "no group serves the key's slot"), "%s", out);
+
     cr_assert_eq(tk_client_release(c, kb, tb, &r), TK_CLIENT_RELEASED);
     tk_client_destroy(c);
     pthread_mutex_destroy(&bx.mu);
