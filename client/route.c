@@ -10,8 +10,8 @@
  * child made from the ring's addresses with the seed's settings. Answers
  * other than W go straight to the caller from the group's I/O thread. A W
  * goes to the routing thread, which fetches the ring from the group that
- * answered (one fetch at a time, only a newer ring is taken) and sends the
- * hop again: at once to another group, after a pause (20 ms doubling to
+ * answered if the W names a newer version than ours (one fetch at a time,
+ * only a newer ring is taken) and sends the hop again: at once to another group, after a pause (20 ms doubling to
  * 200 ms) to the same one, while the request's budget lasts. A resent
  * request keeps the time of its call, so the group's client counts its
  * budget (and the wait it writes) from there.
@@ -271,8 +271,11 @@ static void hop_done(void *arg, const struct tk_client_result *res)
     h->at_handle = 0;
     bool stop = rt->stopping;
     if (!stop) {
-        rt->fetch = true;
-        rt->fetch_from = h->at;
+        /* Only a group with a newer ring than ours has one to give. */
+        if (res->ring_version > atomic_load(&rt->st_version)) {
+            rt->fetch = true;
+            rt->fetch_from = h->at;
+        }
         queue_push(rt, h, 0);
     }
     pthread_mutex_unlock(&rt->mu);
