@@ -44,6 +44,13 @@ def ticketingd():
     return path
 
 
+def ticketctl(*args, timeout=60):
+    """Runs the build's ticketctl: (exit status, stdout and stderr)."""
+    path = os.path.join(build_dir(), "ticketctl")
+    done = subprocess.run([path] + list(args), capture_output=True, text=True, timeout=timeout)
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
 def _port_free(p):
     with socket.socket() as s:
         try:
@@ -158,11 +165,16 @@ class Node:
 
 
 class Server:
-    """A standalone node, or a cluster of n members, in a temporary directory."""
+    """A standalone node, or a cluster of n members, in a temporary directory.
+    secret: the client secret file to use (default: a new one)."""
 
-    def __init__(self, n=1, extra=()):
+    def __init__(self, n=1, extra=(), secret=None):
         self.tmp = tempfile.mkdtemp(prefix="tk-py-")
-        self.secret = write_secret(os.path.join(self.tmp, "client.secret"))
+        path = os.path.join(self.tmp, "client.secret")
+        if secret is not None:  # the client secret of another Server (groups share it)
+            with open(secret) as f:
+                write_secret(path, f.read())
+        self.secret = write_secret(path) if secret is None else path
         self.peer_secret = write_secret(os.path.join(self.tmp, "peer.secret"))
         self.nodes = []
         ports = [free_ports3() for _ in range(n)]

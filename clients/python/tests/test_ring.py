@@ -102,13 +102,16 @@ class FakeServer:
         with s:
             f = s.makefile("rb")
             snonce = secrets.token_hex(32)
-            s.sendall(b"TICKETING/1 %s\n" % snonce.encode())
-            w = f.readline().decode().split()
-            if len(w) != 3 or w[0] != "AUTH" or w[2] != P.proof(self.secret, "client", snonce,
-                                                                  w[1]):
+            try:
+                s.sendall(b"TICKETING/1 %s\n" % snonce.encode())
+                w = f.readline().decode().split()
+                if len(w) != 3 or w[0] != "AUTH" or w[2] != P.proof(self.secret, "client",
+                                                                      snonce, w[1]):
+                    return
+                s.sendall(("OK %s 0123456789abcdef %s\n" % (
+                    P.proof(self.secret, "server", snonce, w[1]), "0" * 32)).encode())
+            except OSError:  # the client closed it during the handshake
                 return
-            s.sendall(("OK %s 0123456789abcdef %s\n" % (
-                P.proof(self.secret, "server", snonce, w[1]), "0" * 32)).encode())
             while True:
                 try:
                     line = f.readline()
@@ -209,9 +212,22 @@ class RingAnswers(unittest.TestCase):
                 fake.stop()
 
 
+def wrong_group(version, body="-"):
+    """A fake group that owns no slot: W (ring version `version`) to every
+    request for a key, and its ring (`body`) to S."""
+    def answer(line):
+        w = line.split()
+        if w[0] == "S":
+            return [f"S {w[1]} {version} {body}"]
+        return ["W %s %d %d" % (w[1], ticketing.slot(w[2]), version)]
+    return answer
+
+
 class WrongGroupFake(unittest.TestCase):
     def test_definite_and_release_not_queued(self):
-        fake = FakeServer(lambda line: ["W %s %d 4" % (_id(line), ticketing.slot(line.split()[2]))])
+        # Its ring (version 4) has no ranges: no group serves any slot, so
+        # each W is the outcome at once, and nothing is sent again.
+        fake = FakeServer(wrong_group(4))
         try:
             with ticketing.Client(fake.addr, secret_file=fake.secret_file) as c:
                 res = c.acquire_result("show-42", 30000, 1000)
@@ -229,8 +245,12 @@ class WrongGroupFake(unittest.TestCase):
                 self.assertEqual((st["releases_queued"], st["requests_in_progress"]), (0, 0))
                 time.sleep(0.3)  # a release kept in the queue would go out again
                 lines, _, _ = fake.seen()
-                self.assertEqual([x.split()[0] for x in lines], ["A", "Q", "R"])
-                self.assertEqual(c.stats()["requests_written"], 3)
+                # The first W (version 4, newer than none) brought the ring;
+                # the next ones name no newer version: no second fetch.
+                self.assertEqual([x.split()[0] for x in lines], ["A", "S", "Q", "R"])
+                st = c.stats()
+                self.assertEqual((st["requests_written"], st["ring_version"], st["rerouted"],
+                                  st["ring_fetches"]), (4, 4, 0, 1))
         finally:
             fake.stop()
 

@@ -11,10 +11,14 @@ ticketing.Client is thread-safe and blocking; ticketing.aio.Client offers
 the same calls as coroutines. The rules (outcomes, Indeterminate, retries,
 the release queue) are those of the C library, docs/client.md.
 
-Groups (SPEC 15): ticketing.slot(key) is a key's slot; a group that does
-not serve it answers acquire, release and query with WrongGroup (definite,
-nothing done, .slot and .ring_version); Client.ring() reads the group's
-ring (a Ring: version and body). The client does not route by it yet.
+Groups (SPEC 15): ticketing.slot(key) is a key's slot. A Client is given
+one group's addresses (the seed); on a W answer it fetches the ring from the
+group that answered and from then on sends each key's requests to the group
+the ring gives its slot to, resending after W within the request's budget
+(docs/client.md, "Groups and the ring"). WrongGroup (definite, nothing done,
+.slot and .ring_version) is the outcome only when that budget ends or the
+ring names no group for the slot. Client.ring() reads the seed group's ring
+(a Ring: version and body); stats() gives ring_version and rerouted.
 """
 from .client import Client, Grant, Query, Ring
 from ._proto import SLOTS, slot

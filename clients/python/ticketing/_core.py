@@ -26,6 +26,27 @@ Deadlines (a request's heap key) depend on where the request is:
 its first byte, each connection counts the bytes the kernel took (with TLS:
 the plaintext handed to TLS). Only a request none of whose bytes was
 written may go to another connection; a written acquire is never resent.
+
+Groups (docs/client.md, "Groups and the ring"): the connections live in
+connection sets, one per group (Group): the seed, made from the configured
+addresses, and one for each other group the ring names, made on its first
+use from the ring's addresses. An acquire, release or query goes to the
+group the ring (a _ring.Router) gives its key's slot to, the seed while no
+ring is known; pings and ring calls go to the seed. Everything above holds
+per group: M hints, the leader, pending lists, reconnects. A W is definite:
+the request is unwritten again, and
+  - if a ring fetch is under way, or the W names a newer ring version than
+    the one held, it waits ("parked" on the fetch) for the fetch, one at a
+    time, an internal S request to the group that answered;
+  - then it goes to the group the ring names: at once to another group,
+    after a pause (20 ms doubling to 200 ms, "parked" on a timer) to the
+    same one;
+  - within its budget from the call (acquire max(wait_ms,
+    send_budget_min_ms), each resend waiting what is left of wait_ms;
+    query request_timeout_ms; release its absolute 5 s deadline). When the
+    budget ends before it is written again, or at once when the ring names
+    no group for the slot, it is WRONG_GROUP with the last W's slot and
+    version.
 """
 import collections
 import concurrent.futures
@@ -39,12 +60,16 @@ import threading
 import time
 
 from . import _proto as P
+from . import _ring
 from .errors import (ACQUIRED, ANSWERED, BUSY, CANCELLED, INDETERMINATE, INVALID, NOT_HELD,
                      RELEASED, TIMEOUT, UNAVAILABLE, UNCONFIRMED, WRONG_GROUP, Result)
 
 RELEASE_DEADLINE = 5.0
 ZOMBIE_LINGER = 30.0
-EXTRA_MAX = 4
+EXTRA_MAX = 4  # M-hinted connections per group
+# Connection sets besides the seed: the groups of one ring (at most 64),
+# with room for sets of groups an older ring named that still hold requests.
+GROUP_SETS_MAX = 2 * _ring.GROUPS_MAX
 WBUF_HIGH = 64 * 1024
 TLS_WRITE_MAX = 16384
 PROBE_ID = 0
@@ -60,7 +85,8 @@ class Req:
     __slots__ = ("type", "key", "kb", "lease_ms", "wait_ms", "wait_sent_ms", "token",
                  "submit", "sent", "deadline", "hgen", "in_heap", "wire", "conn", "wire_id",
                  "stream_pos", "decided", "neutered", "compensation", "resent", "pending",
-                 "future", "cancel", "ring_parts", "ring_n", "ring_version")
+                 "future", "cancel", "ring_parts", "ring_n", "ring_version", "slot", "group",
+                 "w_slot", "w_version", "w_group", "pause", "park", "pgen", "internal")
 
     def __init__(self, type_, key="", lease_ms=0, wait_ms=0, token=0):
         self.type = type_
@@ -89,6 +115,15 @@ class Req:
         self.ring_parts = []  # S in parts: the bodies of parts 1..k seen on this connection
         self.ring_n = 0
         self.ring_version = 0
+        self.slot = P.slot(self.kb) if key else 0
+        self.group = None  # the Group it goes to (its pending list, its connection)
+        self.w_slot = None  # the last W answer: slot, ring version, the Group that sent it
+        self.w_version = 0
+        self.w_group = None
+        self.pause = 0.0  # the next pause before going to the group that answered W
+        self.park = None  # "ring": waiting for the ring fetch; "pause": for its pause
+        self.pgen = 0
+        self.internal = False  # the engine's own ring fetch: no caller, no bound counted
 
 
 class Config:
@@ -120,8 +155,9 @@ class Conn:
     """One connection: connect, (TLS,) banner, AUTH, OK with the server's
     proof checked, the probe "P 0", then pipelined requests by id."""
 
-    def __init__(self, core, addr, extra):
+    def __init__(self, core, group, addr, extra):
         self.core = core
+        self.group = group  # the connection set it belongs to
         self.extra = extra
         self.index = 0
         self.state = IDLE
@@ -200,7 +236,7 @@ class Conn:
                 core.last_error = f"{self.addr}: {why}"
         self.teardown()
         self.tls_refused = tls_refused
-        if self.extra and core.leader is not self:
+        if self.extra and self.group.leader is not self:
             self.state = RETIRED  # the leader moved on from this address
             return
         if tls_refused:
@@ -318,9 +354,9 @@ class Conn:
         self.next_id = rid + 1
         owner = core.owner_b
         if r.type == "A":
-            # The wait left of the caller's budget.
-            spent_ms = int((now - r.submit) * 1000) if now > r.submit else 0
-            r.wait_sent_ms = 0 if spent_ms >= r.wait_ms else r.wait_ms - spent_ms
+            # The wait left of the caller's budget (after a W too: counted
+            # from the call).
+            r.wait_sent_ms = _ring.wait_left_ms(r.wait_ms, r.submit, now)
             line = P.fmt_acquire(rid, r.kb, owner, r.lease_ms, r.wait_sent_ms)
         elif r.type == "R":
             line = P.fmt_release(rid, r.kb, owner, r.token)
@@ -503,7 +539,7 @@ class Conn:
         if rsp is None:
             self.fail("protocol: malformed line", now)
         elif rsp.type == "M":
-            core.on_moved(rsp.text, now)
+            self.group.on_moved(rsp.text, now)
             self.down("not the leader (M)", False, False, now)
         elif rsp.id is None:
             self.fail(f"server closed: E - {rsp.text[:20]}", now)
@@ -513,7 +549,8 @@ class Conn:
                 self.backoff = core.cfg.backoff_min  # a good handshake resets it
                 core.ready_change(1)
                 core.log(2, f"connected to {self.addr}"
-                            f" ({'hinted leader' if self.extra else 'configured'})")
+                            f" ({'hinted leader' if self.extra else 'configured'}"
+                            f"{self.group.label()})")
             else:
                 self.fail("unexpected answer to the probe", now)
         else:
@@ -529,7 +566,7 @@ class Conn:
                 if rsp is None:
                     return  # more parts to come, or the connection failed
             self.drop_slot(r)
-            core.on_response(r, rsp, now)
+            core.on_response(r, rsp, self.group, now)
 
     def ring_part(self, r, rsp, now):
         """An S line for r: the whole answer (the parts' bodies joined by
@@ -625,6 +662,144 @@ def _strerror(code):
     return os.strerror(code)
 
 
+class Group:
+    """One group's connection set: its connections (configured from its
+    addresses, then up to EXTRA_MAX hinted by M), its leader, its pending
+    requests. The seed is the group of the configured addresses; the others
+    are made from the ring's addresses, with the seed's settings."""
+
+    def __init__(self, core, name, addrs):
+        self.core = core
+        self.name = name  # None: the seed before a ring names it
+        self.addrs = ()
+        self.conns = []
+        self.nconfigured = 0
+        self.rr = 0
+        self.leader = None
+        self.leader_hint = ""  # under core.mu
+        self.pending_rel = collections.deque()
+        self.pending = collections.deque()
+        self.set_addrs(addrs)
+
+    def set_addrs(self, addrs):
+        """The configured connections for addrs (two for a single address),
+        keeping those already made to the same addresses. One that is no
+        longer configured closes now if it holds no request, else it stays
+        as a hinted one (it retires when it goes down, unless it leads)."""
+        self.addrs = tuple(addrs)
+        old = [k for k in self.conns if not k.extra]
+        extras = [k for k in self.conns if k.extra]
+        conns = []
+        for a in (self.addrs if len(self.addrs) > 1 else self.addrs * 2):
+            k = next((k for k in old if k.addr == a), None)
+            if k is not None:
+                old.remove(k)
+            else:
+                k = Conn(self.core, self, a, False)
+            conns.append(k)
+        for k in old:
+            if k.slots:
+                k.extra = True
+                extras.append(k)
+            else:
+                k.retire()
+        self.nconfigured = len(conns)
+        self.conns = conns + [k for k in extras if k.state != RETIRED or k.slots]
+        for i, k in enumerate(self.conns):
+            k.index = i
+        if self.leader not in self.conns:
+            self.leader = None
+        self.rr = 0
+
+    def label(self):
+        return f", group {self.name}" if self.name else ""
+
+    def idle(self):
+        return not self.pending_rel and not self.pending and not any(
+            k.slots for k in self.conns)
+
+    def close(self):
+        for k in self.conns:
+            k.retire()
+
+    # ---- M hints ----
+
+    def on_moved(self, addr, now):
+        core = self.core
+        core.st["moved"] += 1
+        with core.mu:
+            same = (addr or "") == self.leader_hint
+            self.leader_hint = addr or ""
+        if not addr:
+            self.leader = None  # "M -": no leader known now
+            return
+        if not same:
+            core.log(2, f"leader hint: {addr}{self.label()}")
+        for k in self.conns:
+            if k.addr == addr:
+                self.leader = k
+                if k.state == RETIRED:
+                    k.state = IDLE
+                    k.backoff = core.cfg.backoff_min
+                    k.next_attempt = float("inf")
+                # Soon, but not sooner than the shortest backoff: two nodes
+                # naming each other during an election make no tight loop.
+                if k.state == IDLE:
+                    k.next_attempt = min(k.next_attempt, now + core.cfg.backoff_min)
+                return
+        # A member we were not configured with: connect to it too.
+        extras = self.conns[self.nconfigured:]
+        slot = None
+        if len(extras) < EXTRA_MAX:
+            try:
+                k = Conn(core, self, addr, True)
+            except ValueError:
+                core.log(1, f"cannot connect to hinted leader {addr} (bad address)")
+                return
+            k.index = len(self.conns)
+            k.next_attempt = now
+            self.conns.append(k)
+            self.leader = k
+            core.count_conns()
+            return
+        for k in extras:
+            if k.state == RETIRED:
+                slot = k
+                break
+        if slot is None:
+            for k in extras:
+                if k.state != READY:
+                    slot = k
+                    break
+        if slot is None:
+            core.log(1, f"no room for a connection to hinted leader {addr}")
+            return
+        slot.retire()
+        try:
+            slot.set_addr(addr)
+        except ValueError:
+            return
+        slot.state = IDLE
+        slot.backoff = core.cfg.backoff_min
+        slot.next_attempt = now
+        self.leader = slot
+
+    def pick_conn(self):
+        if self.leader is not None and self.leader.has_room():
+            return self.leader
+        n = len(self.conns)
+        for j in range(n):
+            i = (self.rr + j) % n
+            if self.conns[i].has_room():
+                self.rr = (i + 1) % n
+                return self.conns[i]
+        return None
+
+    def tls_refused_all(self):
+        live = [k for k in self.conns if k.state != RETIRED]
+        return bool(live) and all(k.tls_refused for k in live)
+
+
 class Core:
     """The I/O thread's state. Fields under "shared" are guarded by mu."""
 
@@ -654,20 +829,20 @@ class Core:
         self.stopping = False
         self.ready_count = 0
         self.last_error = ""
-        self.leader_hint = ""
         self.wake_pending = False
+        self.ring_version = 0  # of the ring requests are routed by
+        self.conn_count = 0
+        self.group_count = 1
         self.st = collections.Counter()  # written by the I/O thread only
         # ---- I/O thread only ----
-        self.conns = [Conn(self, a, False) for a in addrs]
-        if len(addrs) == 1:
-            self.conns.append(Conn(self, addrs[0], False))
-        for i, k in enumerate(self.conns):
-            k.index = i
-        self.nconfigured = len(self.conns)
-        self.rr = 0
-        self.leader = None
-        self.pending_rel = collections.deque()
-        self.pending = collections.deque()
+        self.router = _ring.Router(addrs)
+        self.seed = Group(self, None, addrs)
+        self.groups = {}  # name -> Group: the other groups' connection sets
+        self.fetch = None  # the ring fetch under way (an internal S request)
+        self.ring_waiters = []  # requests answered W that wait for it
+        self.paused = []  # heap of (due, seq, pgen, request): pauses before a resend
+        self.pseq = 0
+        self.count_conns()
         self.heap = []
         self.hseq = 0
         self.draining = False
@@ -779,13 +954,226 @@ class Core:
             heapq.heappop(h)
         return h[0][3] if h else None
 
+    # ---- groups and the ring ----
+
+    def all_groups(self):
+        yield self.seed
+        yield from self.groups.values()
+
+    def all_conns(self):
+        for g in self.all_groups():
+            yield from g.conns
+
+    def count_conns(self):
+        """Refreshes the figures stats() reads from other threads."""
+        n = sum(len(g.conns) for g in self.all_groups())
+        with self.mu:
+            self.conn_count = n
+            self.group_count = 1 + len(self.groups)
+
+    def group_named(self, name):
+        """The connection set of the ring's group name (None: no such group):
+        the seed for the seed's group, else the group's own, made on its
+        first use from the ring's addresses."""
+        if self.router.is_seed(name):
+            return self.seed
+        g = self.groups.get(name)
+        if g is not None:
+            return g
+        addrs = self.router.groups.get(name)
+        if addrs is None:
+            return None
+        if len(self.groups) >= GROUP_SETS_MAX:
+            self.prune()
+            if len(self.groups) >= GROUP_SETS_MAX:
+                self.log(1, f"group {name}: no room for another connection set")
+                return None
+        g = Group(self, name, addrs)
+        self.groups[name] = g
+        self.count_conns()
+        self.log(2, f"group {name}: connecting to {','.join(addrs)}")
+        return g
+
+    def route(self, r):
+        """The Group r goes to: the seed for a ping or a ring call; for a
+        key, the group the ring gives its slot to, else (no ring, or no
+        range covers the slot) the seed, whose answer decides."""
+        if r.type in "PS":
+            return self.seed
+        g = self.group_named(self.router.group_of(r.slot))
+        return g if g is not None else self.seed
+
+    def take_ring(self, version, body):
+        """A ring fetched: kept if newer than the one held (never an older
+        one). Then each group's addresses follow it, connection sets it no
+        longer names close once idle, and requests not written yet go where
+        it says."""
+        try:
+            if not self.router.offer(version, body):
+                return
+        except ValueError as e:
+            self.log(1, f"ring version {version} not taken: {e}")
+            return
+        with self.mu:
+            self.ring_version = version
+        if self.router.seed is not None:
+            self.seed.name = self.router.seed
+        for name, g in self.groups.items():
+            addrs = self.router.groups.get(name)
+            if addrs is not None and addrs != g.addrs:
+                self.log(2, f"group {name}: addresses now {','.join(addrs)}")
+                g.set_addrs(addrs)
+        self.prune()
+        for g in list(self.all_groups()):
+            for rel in (True, False):
+                lst = g.pending_rel if rel else g.pending
+                stay = collections.deque()
+                for r in lst:
+                    t = g if r.internal else self.route(r)
+                    if t is g:
+                        stay.append(r)
+                    else:
+                        r.group = t
+                        (t.pending_rel if rel else t.pending).append(r)
+                lst.clear()
+                lst.extend(stay)
+        self.count_conns()
+        self.log(2, f"ring version {version}: {len(self.router.ranges)} ranges, "
+                    f"{len(self.router.groups)} groups"
+                    + (f", the seed is {self.router.seed}" if self.router.seed else ""))
+
+    def prune(self):
+        """Closes the connection sets of groups the ring no longer names (or
+        that turned out to be the seed) once they hold no request."""
+        gone = [name for name, g in self.groups.items()
+                if (name not in self.router.groups or self.router.is_seed(name)) and g.idle()]
+        for name in gone:
+            self.groups.pop(name).close()
+        if gone:
+            self.count_conns()
+
+    def budget_end(self, r):
+        return r.submit + _ring.budget(r.type, r.wait_ms, self.cfg.send_budget_min_ms,
+                                       self.cfg.request_timeout, RELEASE_DEADLINE)
+
+    def fetch_ring(self, group, now):
+        """Asks group (it answered W) for its ring: an internal S request with
+        a query's budget. One at a time; ring_fetched() takes its answer."""
+        f = Req("S")
+        f.internal = True
+        f.submit = now
+        f.group = group
+        self.fetch = f
+        self.st["ring_fetches"] += 1
+        self.heap_set(f, self.budget_end(f))
+        self.repend(f, False)
+
+    def ring_fetched(self, res):
+        self.fetch = None
+        if res.outcome == ANSWERED:
+            self.take_ring(res.ring_version, res.body)
+        else:
+            self.log(1, f"ring fetch: {res.outcome}"
+                        + (f" ({res.reason})" if res.reason else ""))
+        now = time.monotonic()
+        waiters, self.ring_waiters = self.ring_waiters, []
+        for r in waiters:
+            r.park = None
+            self.reroute(r, now)
+
+    def on_wrong_group(self, r, rsp, group, now):
+        """W: definite, nothing was done. r is unwritten again; it waits for
+        a ring fetch if one is under way or the W names a newer ring, then
+        goes where the ring says (reroute), within its budget."""
+        r.w_slot, r.w_version, r.w_group = rsp.slot, rsp.version, group
+        r.sent = None  # a resend is a new request: its lease counts from its own write
+        end = self.budget_end(r)
+        if r.type == "A":
+            self.heap_set(r, end)  # unwritten again: its budget from the call
+        if now >= end:
+            self.finish(r, WRONG_GROUP)
+            return
+        if self.fetch is None and rsp.version > self.router.version:
+            self.fetch_ring(group, now)
+        if self.fetch is not None:
+            r.park = "ring"
+            self.ring_waiters.append(r)
+            return
+        self.reroute(r, now)
+
+    def reroute(self, r, now):
+        """r, answered W, goes to the group the ring names for its slot: at
+        once if that is another group than the one that answered, after a
+        pause if the same; WRONG_GROUP if the ring names none or the budget
+        would end first."""
+        target = self.group_named(self.router.group_of(r.slot))
+        if target is None:
+            self.finish(r, WRONG_GROUP)
+            return
+        at, r.pause = _ring.plan_resend(now, self.budget_end(r), target is r.w_group, r.pause)
+        if at is None:
+            self.finish(r, WRONG_GROUP)
+            return
+        r.group = target
+        if at <= now:
+            self.resend(r)
+            return
+        r.park = "pause"
+        r.pgen += 1
+        self.pseq += 1
+        heapq.heappush(self.paused, (at, self.pseq, r.pgen, r))
+
+    def resend(self, r):
+        self.st["rerouted"] += 1
+        self.repend(r, False)
+
+    def paused_top(self):
+        p = self.paused
+        while p and (p[0][3].park != "pause" or p[0][2] != p[0][3].pgen):
+            heapq.heappop(p)
+        return p[0] if p else None
+
+    def run_pauses(self, now):
+        while True:
+            top = self.paused_top()
+            if top is None or top[0] > now:
+                return
+            heapq.heappop(self.paused)
+            r = top[3]
+            r.park = None
+            # By the ring as it is now: it may have changed during the pause.
+            target = self.group_named(self.router.group_of(r.slot))
+            if target is None:
+                self.finish(r, WRONG_GROUP)
+            else:
+                r.group = target
+                self.resend(r)
+
     # ---- outcomes ----
+
+    def result(self, r, outcome, reason=""):
+        if outcome == WRONG_GROUP:  # the last W's slot and version
+            return Result(outcome, reason=reason, slot=r.w_slot or 0, ring_version=r.w_version)
+        return Result(outcome, reason=reason)
+
+    def lapse(self, r):
+        """The outcome of r when its budget ends undecided."""
+        if r.w_slot is not None and r.wire != WIRE_SENT:
+            return WRONG_GROUP  # answered W, not written again since: nothing was done
+        if r.type == "R":
+            return UNCONFIRMED
+        if r.type == "A" and r.wire == WIRE_SENT:
+            return INDETERMINATE
+        return UNAVAILABLE
 
     def decide(self, r, res):
         assert not r.decided
         r.decided = True
         res.key = r.key
         res.sent = r.sent
+        if r.internal:
+            self.ring_fetched(res)
+            return
         if r.type == "R":
             res.token = r.token
             res.resent = r.resent
@@ -800,23 +1188,36 @@ class Core:
 
     def free(self, r):
         """r is done with: give back its place in the client's bounds."""
+        if r.internal:
+            return
         with self.mu:
             if r.type == "R":
                 self.live_releases -= 1
             else:
                 self.live_requests -= 1
 
+    def unqueue(self, r):
+        """Takes r off its group's pending list, or out of a wait after W."""
+        if r.pending:
+            g = r.group
+            (g.pending_rel if r.type == "R" else g.pending).remove(r)
+            r.pending = False
+        if r.park == "ring":
+            self.ring_waiters.remove(r)
+        elif r.park == "pause":
+            r.pgen += 1  # its entry in the pause heap goes stale
+        r.park = None
+
     def finish(self, r, outcome, reason=""):
         assert r.wire == WIRE_NONE
-        if r.pending:
-            (self.pending_rel if r.type == "R" else self.pending).remove(r)
-            r.pending = False
+        self.unqueue(r)
         self.heap_remove(r)
-        self.decide(r, Result(outcome, reason=reason))
+        self.decide(r, self.result(r, outcome, reason))
         self.free(r)
 
     def repend(self, r, front):
-        lst = self.pending_rel if r.type == "R" else self.pending
+        g = r.group
+        lst = g.pending_rel if r.type == "R" else g.pending
         if front:
             lst.appendleft(r)
         else:
@@ -824,13 +1225,8 @@ class Core:
         r.pending = True
 
     def accept(self, r):
-        if r.type == "A":
-            budget = max(r.wait_ms, self.cfg.send_budget_min_ms) / 1000
-        elif r.type == "R":
-            budget = RELEASE_DEADLINE
-        else:
-            budget = self.cfg.request_timeout
-        self.heap_set(r, r.submit + budget)
+        self.heap_set(r, self.budget_end(r))
+        r.group = self.route(r)
         self.repend(r, False)
 
     def compensate(self, r, token):
@@ -874,7 +1270,7 @@ class Core:
         if not r.decided and r.type == "A":
             self.heap_set(r, now + r.wait_sent_ms / 1000 + self.cfg.response_grace)
 
-    def on_response(self, r, rsp, now):
+    def on_response(self, r, rsp, group, now):
         if r.decided:
             if r.type == "A" and rsp.type == "G":
                 self.compensate(r, rsp.token)
@@ -882,6 +1278,9 @@ class Core:
             self.free(r)
             return
         t = rsp.type
+        if t == "W":
+            self.on_wrong_group(r, rsp, group, now)
+            return
         if t == "G":
             # The lease counts from the commit; the first write is earlier.
             res = Result(ACQUIRED, token=rsp.token, lease_deadline=r.sent + r.lease_ms / 1000)
@@ -894,11 +1293,6 @@ class Core:
             res = Result(ANSWERED, rtt=max(0.0, now - r.sent))
         elif t == "S":
             res = Result(ANSWERED, ring_version=rsp.version, body=rsp.text)
-        elif t == "W":
-            # Definite: nothing was done. A release answered W is decided
-            # here like an N, so it leaves the release queue and is not sent
-            # again.
-            res = Result(WRONG_GROUP, slot=rsp.slot, ring_version=rsp.version)
         elif t == "E":
             res = Result(INVALID, reason=rsp.text[:15])
         else:
@@ -915,8 +1309,8 @@ class Core:
             self.heap_remove(r)
             self.free(r)
         elif not sent or r.type != "A":
-            # Not one byte written: the same request may go elsewhere. A
-            # written release or read is safe to repeat.
+            # Not one byte written: the same request may go elsewhere (in
+            # its group). A written release or read is safe to repeat.
             r.neutered = False
             self.repend(r, True)
         else:
@@ -928,25 +1322,20 @@ class Core:
             r.conn.drop_slot(r)
             self.free(r)
             return
-        if r.type == "R":
-            o = UNCONFIRMED
-        elif r.type == "A" and r.wire == WIRE_SENT:
-            o = INDETERMINATE
-        else:
-            o = UNAVAILABLE
+        o = self.lapse(r)
         if r.wire == WIRE_NONE:
             self.finish(r, o)
             return
         if r.wire == WIRE_QUEUED:
             r.conn.neuter(r)
-        self.decide(r, Result(o))
+        self.decide(r, self.result(r, o))
         self.zombie(r, now)
 
     def cancel_one(self, r, now):
         if r.decided or r.type != "A":
             return
         if r.wire == WIRE_NONE:
-            if r.pending:
+            if r.pending or r.park:
                 self.finish(r, CANCELLED)
             return
         if r.wire == WIRE_QUEUED:
@@ -954,99 +1343,35 @@ class Core:
         self.decide(r, Result(CANCELLED))
         self.zombie(r, now)
 
-    # ---- M hints ----
-
-    def on_moved(self, addr, now):
-        self.st["moved"] += 1
-        with self.mu:
-            same = (addr or "") == self.leader_hint
-            self.leader_hint = addr or ""
-        if not addr:
-            self.leader = None  # "M -": no leader known now
-            return
-        if not same:
-            self.log(2, f"leader hint: {addr}")
-        for k in self.conns:
-            if k.addr == addr:
-                self.leader = k
-                if k.state == RETIRED:
-                    k.state = IDLE
-                    k.backoff = self.cfg.backoff_min
-                    k.next_attempt = float("inf")
-                # Soon, but not sooner than the shortest backoff: two nodes
-                # naming each other during an election make no tight loop.
-                if k.state == IDLE:
-                    k.next_attempt = min(k.next_attempt, now + self.cfg.backoff_min)
-                return
-        # A member we were not configured with: connect to it too.
-        extras = self.conns[self.nconfigured:]
-        slot = None
-        if len(extras) < EXTRA_MAX:
-            try:
-                k = Conn(self, addr, True)
-            except ValueError:
-                self.log(1, f"cannot connect to hinted leader {addr} (bad address)")
-                return
-            k.index = len(self.conns)
-            k.next_attempt = now
-            self.conns.append(k)
-            self.leader = k
-            return
-        for k in extras:
-            if k.state == RETIRED:
-                slot = k
-                break
-        if slot is None:
-            for k in extras:
-                if k.state != READY:
-                    slot = k
-                    break
-        if slot is None:
-            self.log(1, f"no room for a connection to hinted leader {addr}")
-            return
-        slot.retire()
-        try:
-            slot.set_addr(addr)
-        except ValueError:
-            return
-        slot.state = IDLE
-        slot.backoff = self.cfg.backoff_min
-        slot.next_attempt = now
-        self.leader = slot
-
     # ---- the loop ----
 
-    def pick_conn(self):
-        if self.leader is not None and self.leader.has_room():
-            return self.leader
-        n = len(self.conns)
-        for j in range(n):
-            i = (self.rr + j) % n
-            if self.conns[i].has_room():
-                self.rr = (i + 1) % n
-                return self.conns[i]
-        return None
-
     def dispatch(self, now):
-        for lst in (self.pending_rel, self.pending):
-            while lst:
-                k = self.pick_conn()
-                if k is None:
-                    return
-                r = lst.popleft()
-                r.pending = False
-                k.queue(r, now)
+        for g in self.all_groups():
+            for lst in (g.pending_rel, g.pending):
+                while lst:
+                    k = g.pick_conn()
+                    if k is None:
+                        break
+                    r = lst.popleft()
+                    r.pending = False
+                    k.queue(r, now)
 
-    def tls_refused_all(self):
-        live = [k for k in self.conns if k.state != RETIRED]
-        return bool(live) and all(k.tls_refused for k in live)
+    def parked(self):
+        """The requests waiting after a W (for the ring fetch or a pause)."""
+        out = list(self.ring_waiters)
+        out += [e[3] for e in self.paused if e[3].park == "pause" and e[2] == e[3].pgen]
+        return out
 
     def drain_begin(self, now):
         self.draining = True
         self.drain_deadline = now + RELEASE_DEADLINE
-        while self.pending:
-            self.finish(self.pending[0], CANCELLED, "shutdown")
-        for k in self.conns:
+        for r in self.parked():
+            if r.type != "R":
+                self.finish(r, CANCELLED, "shutdown")
+        for g in list(self.all_groups()):
+            while g.pending:
+                self.finish(g.pending[0], CANCELLED, "shutdown")
+        for k in list(self.all_conns()):
             for r in list(k.slots.values()):
                 if not r.decided and r.type != "R":
                     if r.wire == WIRE_QUEUED:
@@ -1076,10 +1401,11 @@ class Core:
             conn.lookup_done(host, res, now)
 
     def run_timers(self, now):
-        for k in list(self.conns):
+        for k in list(self.all_conns()):
             t = k.next_timer()
             if t is not None and t <= now:
                 k.timer(now)
+        self.run_pauses(now)
         while True:
             r = self.heap_top()
             if r is None or r.deadline > now:
@@ -1092,7 +1418,10 @@ class Core:
         r = self.heap_top()
         if r is not None:
             nxt = r.deadline
-        for k in self.conns:
+        p = self.paused_top()
+        if p is not None and (nxt is None or p[0] < nxt):
+            nxt = p[0]
+        for k in self.all_conns():
             t = k.next_timer()
             if t is not None and (nxt is None or t < nxt):
                 nxt = t
@@ -1110,17 +1439,18 @@ class Core:
 
     def main(self):
         now = time.monotonic()
-        for k in self.conns:
+        for k in self.seed.conns:
             k.next_attempt = now
         self.drain_inbox(now)
         try:
             while True:
                 self.run_timers(now)
                 self.dispatch(now)
-                if self.pending and self.tls_refused_all():
-                    while self.pending:
-                        self.finish(self.pending[0], UNAVAILABLE, "tls")
-                for k in list(self.conns):
+                for g in list(self.all_groups()):
+                    if g.pending and g.tls_refused_all():
+                        while g.pending:
+                            self.finish(g.pending[0], UNAVAILABLE, "tls")
+                for k in list(self.all_conns()):
                     k.flush(now)
                 if self.draining and self.drain_done(now):
                     break
@@ -1138,12 +1468,17 @@ class Core:
             self.final_sweep()
 
     def final_sweep(self):
-        for k in self.conns:
+        for k in list(self.all_conns()):
             k.retire()
-        while self.pending_rel:
-            self.finish(self.pending_rel[0], UNCONFIRMED)
-        while self.pending:
-            self.finish(self.pending[0], CANCELLED, "shutdown")
+        if self.fetch is not None:  # its waiters go back to their lists, or end
+            self.finish(self.fetch, CANCELLED, "shutdown")
+        for r in self.parked():
+            self.sweep_one(r)
+        for g in list(self.all_groups()):
+            while g.pending_rel:
+                self.sweep_one(g.pending_rel[0])
+            while g.pending:
+                self.sweep_one(g.pending[0])
         with self.mu:
             late, self.submitted = self.submitted, []
         for r in late:  # submitted after the stop was seen
@@ -1154,3 +1489,11 @@ class Core:
         self.wake_w.close()
         if self.resolver is not None:
             self.resolver.shutdown(wait=False)
+
+    def sweep_one(self, r):
+        """r when the client stops: a release is UNCONFIRMED (WRONG_GROUP if
+        its last answer was W), anything else CANCELLED."""
+        if r.type == "R":
+            self.finish(r, self.lapse(r))
+        else:
+            self.finish(r, CANCELLED, "shutdown")

@@ -50,8 +50,8 @@ class Query:
 
 
 class Ring:
-    """The ring of the group a client talks to (SPEC 15, docs/protocol.md
-    section 10): version (0: no ring yet) and body, its ranges
+    """The ring of the seed group (SPEC 15, docs/protocol.md section 10):
+    version (0: no ring yet) and body, its ranges
     "<first>-<last>=<group>@<addr>[,<addr>...]" joined by ";" in increasing
     order ("-": no ranges). An answer the server sent in several lines
     arrives here joined."""
@@ -105,7 +105,12 @@ def _tls_context(ca, cert, key):
 class Client:
     """A Ticketing client.
 
-    addrs: "host:port,host:port" or a list of them (at most 8; "[v6]:port").
+    addrs: "host:port,host:port" or a list of them (at most 8; "[v6]:port"):
+    the nodes of one group, the seed. With several groups the client routes
+    each key's requests to the group the ring gives its slot to (it learns
+    the ring from the first W answer), with a connection set per group made
+    from the ring's addresses and these same settings (docs/client.md,
+    "Groups and the ring").
     secret_file or secret (bytes): the client secret, 16-4096 bytes.
     owner: this client's owner name (1-64 bytes, 0x21-0x7E); default unique.
     The numbers (milliseconds) and TLS files mean what the C library's
@@ -246,9 +251,11 @@ class Client:
     def acquire(self, key, lease_ms=30000, wait_ms=5000):
         """Acquires key: a Grant, or raises Busy, Timeout, Unavailable (nothing
         was sent: definitely not acquired), Indeterminate (sent, no confirmed
-        answer: do not enter), Invalid, Cancelled or WrongGroup (the group does
-        not serve the key's slot: definitely not acquired; .slot and
-        .ring_version say why)."""
+        answer: do not enter), Invalid, Cancelled or WrongGroup (definitely
+        not acquired: groups kept answering W, that they do not serve the
+        key's slot, until max(wait_ms, send_budget_min_ms) from the call had
+        passed, or the ring names no group for the slot; .slot and
+        .ring_version are the last W's)."""
         res = self.acquire_result(key, lease_ms, wait_ms)
         if res.outcome != ACQUIRED:
             self._raise(res, "acquire")
@@ -257,9 +264,9 @@ class Client:
     def release(self, grant_or_key, token=None):
         """Releases a Grant (or key, token) through the release queue: the
         Result (RELEASED), or raises NotHeld, Unconfirmed (no answer within
-        the absolute 5 s deadline), QueueFull, Invalid or WrongGroup (the
-        group does not serve the key's slot: nothing was released; the
-        release leaves the queue and is not sent again)."""
+        the absolute 5 s deadline), QueueFull, Invalid or WrongGroup (nothing
+        was released: groups kept answering W until the 5 s deadline, or the
+        ring names no group for the key's slot)."""
         if isinstance(grant_or_key, Grant):
             key, token = grant_or_key.key, grant_or_key.token
         else:
@@ -272,7 +279,8 @@ class Client:
     def query(self, key):
         """The committed holder of key (a linearizable read): a Query, or
         raises Unavailable (no answer within request_timeout_ms), Invalid or
-        WrongGroup (the group does not serve the key's slot)."""
+        WrongGroup (groups kept answering W within request_timeout_ms, or the
+        ring names no group for the key's slot)."""
         res = self.query_result(key)
         if res.outcome != ANSWERED:
             self._raise(res, "query")
@@ -286,11 +294,13 @@ class Client:
         return res.rtt
 
     def ring(self):
-        """The ring the group's leader has applied ("S"): a Ring (version 0
-        and body "-" when the group has none), or raises Unavailable (no
-        answer within request_timeout_ms) or Cancelled. Not a linearizable
-        read: a ring is only ever replaced by a newer one, and a WrongGroup
-        carries the version its group judged by."""
+        """The ring the seed group's leader has applied ("S"): a Ring
+        (version 0 and body "-" when the group has none), or raises
+        Unavailable (no answer within request_timeout_ms) or Cancelled. Not a
+        linearizable read: a ring is only ever replaced by a newer one, and a
+        W carries the version its group judged by. It does not change the
+        ring the client routes by (stats()["ring_version"]): that one comes
+        from the group that answered a W."""
         res = self.ring_result()
         if res.outcome != ANSWERED:
             self._raise(res, "ring")
@@ -340,20 +350,30 @@ class Client:
             return self._core.last_error
 
     def stats(self):
-        """Counters as in the C library's tk_client_stats()."""
+        """Counters as in the C library's tk_client_stats(), every group's
+        connections added up: connections, connections_ready,
+        connect_attempts, handshakes, auth_failures, moved, requests_written,
+        requests_in_progress, releases_queued, compensations,
+        compensations_dropped, indeterminate, leader_hint (the seed group's
+        last M address); and for routing by key, ring_version (of the ring
+        requests are routed by, 0 before any), rerouted (requests sent again
+        after a W answer), groups (connection sets, the seed's included) and
+        ring_fetches (S requests the client made on its own after a W)."""
         core = self._core
         st = dict(core.st)
         with core.mu:
             out = {
-                "connections": len(core.conns),
+                "connections": core.conn_count,
                 "connections_ready": core.ready_count,
                 "releases_queued": core.live_releases,
                 "requests_in_progress": core.live_requests,
-                "leader_hint": core.leader_hint,
+                "leader_hint": core.seed.leader_hint,
+                "ring_version": core.ring_version,
+                "groups": core.group_count,
             }
         for name in ("connect_attempts", "handshakes", "auth_failures", "moved",
                      "requests_written", "compensations", "compensations_dropped",
-                     "indeterminate"):
+                     "indeterminate", "rerouted", "ring_fetches"):
             out[name] = st.get(name, 0)
         return out
 

@@ -10,7 +10,9 @@ Makes one Client and keeps it for the whole session. Reads one JSON command
 per line on stdin and writes one JSON reply per line on stdout, in order,
 flushed after each. Outcome names are those of the C library without the
 TK_CLIENT_ prefix; a WRONG_GROUP reply also carries slot and ring_version.
-A malformed command gets outcome DRIVER_ERROR.
+The stats reply carries ring_version (of the ring the client routes by) and
+rerouted (requests sent again after a W). A malformed command gets outcome
+DRIVER_ERROR.
 """
 import argparse
 import json
@@ -82,7 +84,8 @@ def handle(client, cmd):
         st = client.stats()
         return {"outcome": "OK", "compensations": st["compensations"],
                 "indeterminate": st["indeterminate"], "moved": st["moved"],
-                "releases_queued": st["releases_queued"]}
+                "releases_queued": st["releases_queued"],
+                "ring_version": st["ring_version"], "rerouted": st["rerouted"]}
     if op == "slot":
         return {"outcome": "OK", "slot": slot(_str(cmd, "key"))}
     if op == "close":

@@ -28,8 +28,8 @@ class Result:
     """What one request came to (the fields of struct tk_client_result).
 
     Times are time.monotonic() seconds; sent is None if no byte was written.
-    WRONG_GROUP (the server answered W) carries slot, the key's slot, and
-    ring_version, the version of the ring the group judged by (0: none). A
+    WRONG_GROUP (the last answer was W) carries slot, the key's slot, and
+    ring_version, the version of the ring that group judged by (0: none). A
     ring answer (ANSWERED to ring_result()) carries ring_version and body.
     """
     __slots__ = ("outcome", "key", "token", "lease_deadline", "sent", "reason", "held",
@@ -133,11 +133,12 @@ class QueueFull(Error):
 
 
 class WrongGroup(Error):
-    """W: the group this client talks to does not serve the key's slot (SPEC
-    15). Definite: nothing was done (a release: nothing was released, and it
-    is not retried). .slot is the key's slot, .ring_version the version of
-    the ring the group judged by (0: it has none); the owner of the slot is
-    in a newer ring (ring()). The key may be sent to the owning group."""
+    """W (SPEC 15): the groups the client routed the request to kept
+    answering that they do not serve the key's slot until the request's
+    budget ended, or the client's ring names no group for the slot (it has
+    no ring, or no range covers the slot). Definite: nothing was done (a
+    release: nothing was released). .slot is the key's slot, .ring_version
+    the version of the ring the last W was judged by (0: none)."""
     outcome = WRONG_GROUP
 
     @property
