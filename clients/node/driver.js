@@ -107,7 +107,7 @@ async function handle(client, cmd) {
     case 'stats': {
       const s = client.stats();
       return { outcome: 'OK', compensations: s.compensations, indeterminate: s.indeterminate,
-        moved: s.moved, releases_queued: s.releasesQueued };
+        moved: s.moved, releases_queued: s.releasesQueued, ring_version: s.ringVersion, rerouted: s.rerouted };
     }
     case 'close':
       await client.close();

@@ -37,9 +37,11 @@ export declare class TicketingError extends Error {
   /** BUSY, TIMEOUT, UNAVAILABLE, CANCELLED: not acquired. INDETERMINATE:
    * maybe acquired, do not enter. INVALID: a field broke the limits, nothing
    * was sent. NOT_HELD, UNCONFIRMED, QUEUE_FULL: of a release.
-   * WRONG_GROUP: of an acquire, release or query; the node's group does not
-   * serve the key's slot, nothing was done (not acquired, nothing released,
-   * not retried), and the request may go to the group that owns it. */
+   * WRONG_GROUP: of an acquire, release or query; answered W by every group
+   * asked until the request's budget ended, or the ring names no group for
+   * the key's slot: nothing was done (not acquired, nothing released). The
+   * client itself sends a request answered W again to the group its ring
+   * names, so this needs no routing by the caller. */
   readonly code: ErrorCode;
   /** "acquire", "release", "query", "ping", "ring", or "config" (the constructor). */
   readonly op: string;
@@ -53,10 +55,10 @@ export declare class TicketingError extends Error {
   readonly detail: string;
   /** Release: the request was written more than once (its connection died). */
   readonly resent: boolean;
-  /** WRONG_GROUP: the key's slot (0-16383), as the server's W line says; else null. */
+  /** WRONG_GROUP: the key's slot (0-16383), as the last W line says; else null. */
   readonly slot: number | null;
-  /** WRONG_GROUP: the version of the ring the group judged by (a u64, 0n:
-   * the group has no ring yet); a ring older than it is out of date. Else null. */
+  /** WRONG_GROUP: the version of the ring the group of the last W judged
+   * by (a u64, 0n: that group has no ring yet). Else null. */
   readonly ringVersion: bigint | null;
   /** An AbortSignal's reason, when the signal decided the outcome. */
   readonly cause?: unknown;
@@ -142,11 +144,20 @@ export interface Stats {
   compensations: number;
   compensationsDropped: number;
   indeterminate: number;
+  /** The seed group's last leader hint (M). */
   leaderHint: string;
+  /** The version of the ring the client routes by (a u64, exact); 0n
+   * before any (every request then goes to the seed group). */
+  ringVersion: bigint;
+  /** How many times a request was sent again after a W. */
+  rerouted: number;
 }
 
 export interface ClientOptions {
-  /** "host:port,host:port" or a list ("[v6addr]:port" for IPv6), at most 8. */
+  /** "host:port,host:port" or a list ("[v6addr]:port" for IPv6), at most 8:
+   * the nodes of one group (the seed). The client learns the other groups
+   * from the ring at the first W, and connects to each on its first use with
+   * the same secret, owner, TLS files and numbers. */
   addrs: string | string[];
   /** The client secret: a file (its bytes less one trailing newline)... */
   secretFile?: string;
@@ -197,7 +208,8 @@ export declare class Client {
   query(key: string, opts?: SignalOption): Promise<QueryResult>;
   /** One round trip, in milliseconds. */
   ping(opts?: SignalOption): Promise<number>;
-  /** The ring of the node's group (S): rejects UNAVAILABLE, CANCELLED like ping. */
+  /** The ring of the seed group (S), not the one routed by (see
+   * stats().ringVersion): rejects UNAVAILABLE, CANCELLED like ping. */
   ring(opts?: SignalOption): Promise<Ring>;
   /** Acquires, runs fn, releases (also when fn throws). */
   withLock<T>(key: string, opts: AcquireOptions, fn: (lease: Lease) => T | Promise<T>): Promise<T>;

@@ -7,7 +7,10 @@
 // "sent" tracking (an acquire none of whose bytes was written is
 // UNAVAILABLE; one that was written is never resent), compensation of late
 // grants, and one bounded release queue with an absolute 5 s deadline per
-// release. Standard library only (net, tls, crypto).
+// release. With several groups it routes each request by its key's slot to
+// the group the ring names (learned from the seed group at the first W),
+// one set of connections per group. Standard library only (net, tls,
+// crypto).
 
 import { readFileSync } from 'node:fs';
 import { createSecureContext } from 'node:tls';
@@ -46,7 +49,7 @@ const MEANING = {
   NOT_HELD: 'nothing held under exactly this key, owner and token',
   UNCONFIRMED: 'no answer before the 5 s release deadline: never assume success',
   QUEUE_FULL: 'the release queue is full; nothing was enqueued',
-  WRONG_GROUP: "this node's group does not serve the key's slot; nothing was done",
+  WRONG_GROUP: "no group served the key's slot within the budget, or the ring names none; nothing was done",
 };
 
 /**
@@ -56,7 +59,8 @@ const MEANING = {
  * server's or the client's reason word ("key", "lease", "tls", "shutdown",
  * ...; "" when none), `detail` the last connection failure for UNAVAILABLE;
  * for WRONG_GROUP `slot` (the key's slot) and `ringVersion` (a bigint: the
- * version of the ring the group judged by, 0n for none), else null.
+ * version of the ring the group of the last W judged by, 0n for none), else
+ * null.
  */
 export class TicketingError extends Error {
   constructor(code, message, { op = '', key = '', reason = '', detail = '', resent = false, slot = null,
@@ -197,8 +201,11 @@ function readTls(path, what) {
 export class Client {
   /**
    * @param {object} opts addrs ("host:port,host:port" or an array, at most
-   *   8); secretFile or secret (16-4096 bytes); owner (1-64 bytes 0x21-0x7E,
-   *   default unique); the numbers in milliseconds; TLS files; log(level, msg).
+   *   8: the nodes of one group, the seed; the other groups' come from the
+   *   ring); secretFile or secret (16-4096 bytes); owner (1-64 bytes
+   *   0x21-0x7E, default unique); the numbers in milliseconds; TLS files;
+   *   log(level, msg). Every group gets the same secret, owner, TLS and
+   *   numbers.
    */
   constructor(opts = {}) {
     const addrs = addrList(opts.addrs);
@@ -290,9 +297,11 @@ export class Client {
    * acquired. INDETERMINATE (written, no confirmed answer; or aborted after
    * it was written; or, reason "lease", granted only once the lease counted
    * from the first write had run out): maybe acquired, do not enter; a
-   * grant that still comes is released by the client. WRONG_GROUP (the
-   * node's group does not serve the key's slot; err.slot, err.ringVersion):
-   * not acquired, nothing was done.
+   * grant that still comes is released by the client. WRONG_GROUP (every
+   * group asked answered W until the budget ended, or the ring names no
+   * group for the key's slot; err.slot, err.ringVersion of the last W): not
+   * acquired, nothing was done. A request answered W goes again to the
+   * group the ring names, within max(wait, sendBudgetMinMs) from the call.
    */
   async acquire(key, { lease = 30000, wait = 5000, signal } = {}) {
     if (!P.keyOk(key)) throw invalid('acquire', key, 'key', 'key: 1-250 bytes of 0x21-0x7E');
@@ -317,9 +326,11 @@ export class Client {
    * Releases a Lease, or (key, token), through the release queue. Resolves
    * to {outcome: 'RELEASED', resent}; rejects with NOT_HELD, UNCONFIRMED (no
    * answer by the absolute 5 s deadline; never assume success), QUEUE_FULL,
-   * INVALID or WRONG_GROUP (the node's group does not serve the key's slot:
-   * nothing was released, and the release is not retried). An AbortSignal stops the waiting only: the release goes on
-   * in the queue, and the call rejects with UNCONFIRMED at once.
+   * INVALID or WRONG_GROUP (answered W, and no group took it again before
+   * the 5 s deadline, or the ring names no group for the key's slot:
+   * nothing was released). An AbortSignal stops the waiting only: the
+   * release goes on in the queue, and the call rejects with UNCONFIRMED at
+   * once.
    */
   async release(leaseOrKey, tokenOrOpts, maybeOpts) {
     let key, token, opts, lease = null;
@@ -362,7 +373,8 @@ export class Client {
   /**
    * The committed holder of key (a linearizable read): {key, held, owner
    * (null when free), token (0n when free), waiters}. Rejects UNAVAILABLE
-   * (no answer within requestTimeoutMs), INVALID, CANCELLED, WRONG_GROUP.
+   * (no answer within requestTimeoutMs), INVALID, CANCELLED, WRONG_GROUP (as
+   * an acquire's, within requestTimeoutMs).
    */
   async query(key, { signal } = {}) {
     if (!P.keyOk(key)) throw invalid('query', key, 'key', 'key: 1-250 bytes of 0x21-0x7E');
@@ -385,7 +397,8 @@ export class Client {
   }
 
   /**
-   * The ring of the group of the node asked (S): {version (a bigint, 0n for
+   * The ring of the seed group (S), not the one the client routes by
+   * (stats().ringVersion is that one's version): {version (a bigint, 0n for
    * no ring yet), body (the ranges joined by ";", the parts of a long answer
    * joined too; "-" when there are none)}. Not a linearizable read. Rejects
    * UNAVAILABLE (no answer within requestTimeoutMs), CANCELLED.
@@ -430,7 +443,9 @@ export class Client {
     return this._e.lastError;
   }
 
-  /** Counters, as the C library's tk_client_stats(). */
+  /** Counters, as the C library's tk_client_stats(); with ringVersion (a
+   * bigint: the ring routed by, 0n before any) and rerouted (requests sent
+   * again after a W). */
   stats() {
     return this._e.stats();
   }

@@ -17,6 +17,20 @@
 //     after which its id is forgotten. A G for a zombie acquire is released
 //     at once (compensation).
 //
+// Groups (docs/client.md, "Groups and the ring"): the configured addresses
+// are the seed group. A W answer makes the engine fetch the ring of the
+// group that answered (one fetch at a time; requests answered W meanwhile
+// wait for it) and keep it if it is newer. Acquires, releases and queries
+// go to the group the ring names for their key's slot, each group with its
+// own connections, leader hint and pending lists; pings and ring calls go
+// to the seed. A request answered W is definite and goes again, at once to
+// another group, after a pause to the same one, while its budget lasts
+// (an acquire: submit + max(wait, sendBudgetMinMs) again, as if unsent; a
+// release or a read: its deadline, unchanged); it ends WRONG_GROUP when
+// the budget ends before it was written again, or at once when the ring
+// names no group for the slot. A resend is a new request: its lease counts
+// from its own first write.
+//
 // "Written" is tracked in bytes. Each connection keeps the lines not yet
 // handed to its socket in a buffer of its own and hands them over one chunk
 // at a time, when the previous chunk has left. Lines still in that buffer
@@ -30,10 +44,15 @@ import tls from 'node:tls';
 import { timingSafeEqual } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import * as P from './proto.js';
+import * as G from './ring.js';
 
 export const RELEASE_DEADLINE_MS = 5000;
 const ZOMBIE_LINGER_MS = 30000;
 const EXTRA_MAX = 4;
+// Groups with connections at once: the seed, the groups of the ring, and
+// as many again of groups a newer ring no longer names (kept until their
+// requests in flight are done).
+const STALE_MAX = G.GROUPS_MAX;
 const WBUF_HIGH = 64 * 1024;
 const PROBE_ID = 0;
 
@@ -81,6 +100,17 @@ export class Req {
     this.ringParts = 0;
     this.ringVersion = 0n;
     this.ringBody = null; // the parts, joined at the last
+    // Routing: the group it goes to, its key's slot (computed once a ring
+    // is known), and after a W the group that answered, the W's slot and
+    // version, and the last pause before a resend to that same group.
+    this.group = null;
+    this.slot = -1;
+    this.wrongGroup = null;
+    this.wrongSlot = 0;
+    this.wrongVersion = 0n;
+    this.pauseMs = 0;
+    this.pauseTimer = null;
+    this.fetch = false; // the engine's own S, after a W
   }
 }
 
@@ -156,8 +186,9 @@ function tlsRefusal(err) {
 }
 
 class Conn {
-  constructor(engine, addr, extra) {
+  constructor(engine, group, addr, extra) {
     this.e = engine;
+    this.g = group;
     this.extra = extra;
     this.state = IDLE;
     this.sock = null;
@@ -352,7 +383,7 @@ class Conn {
     if (rsp === null) {
       this.fail('protocol: malformed line');
     } else if (rsp.type === 'M') {
-      e.onMoved(rsp.text);
+      this.g.onMoved(rsp.text);
       this.down('not the leader (M)', false);
     } else if (rsp.id === null) {
       this.fail(`server closed: E - ${rsp.text.slice(0, 20)}`);
@@ -430,9 +461,8 @@ class Conn {
     let line;
     if (r.type === 'A') {
       // The wait left of the caller's budget: a request that waited for a
-      // connection goes on within what remains.
-      const spent = t > r.submit ? Math.floor(t - r.submit) : 0;
-      r.waitSentMs = spent >= r.waitMs ? 0 : r.waitMs - spent;
+      // connection, or goes again after a W, goes on within what remains.
+      r.waitSentMs = waitLeft(r.waitMs, r.submit, t);
       line = P.fmtAcquire(id, r.key, e.owner, r.leaseMs, r.waitSentMs);
     } else if (r.type === 'R') {
       line = P.fmtRelease(id, r.key, e.owner, r.token);
@@ -555,7 +585,7 @@ class Conn {
       this.state = RETIRED;
       return;
     }
-    if (this.extra && e.leader !== this) {
+    if (this.extra && this.g.leader !== this) {
       this.state = RETIRED; // the leader moved on from this address
       return;
     }
@@ -577,10 +607,149 @@ class Conn {
   }
 }
 
+/**
+ * The budget of a request in ms from its submit: an acquire
+ * max(wait, sendBudgetMinMs) while unsent (and again after a W: it is
+ * unsent again), a release its absolute 5 s, a query, ping or ring
+ * requestTimeoutMs.
+ */
+export function budgetMs(type, waitMs, cfg) {
+  if (type === 'A') return Math.max(waitMs, cfg.sendBudgetMinMs);
+  if (type === 'R') return RELEASE_DEADLINE_MS;
+  return cfg.requestTimeoutMs;
+}
+
+/** The wait an acquire sends at t: what is left of waitMs since submit (0 at the least). */
+export function waitLeft(waitMs, submit, t) {
+  const spent = t > submit ? Math.floor(t - submit) : 0;
+  return spent >= waitMs ? 0 : waitMs - spent;
+}
+
+// One group: the connections to its nodes (the configured addresses for
+// the seed, the ring's for another group), its leader hint, and the
+// requests waiting for one of its connections.
+class Group {
+  constructor(engine, name, addrs, seed) {
+    this.e = engine;
+    this.name = name; // null: the seed, until a ring names it
+    this.addrs = addrs;
+    this.seed = seed;
+    this.stale = false; // the ring no longer names it: it takes no new request
+    this.gone = false; // its connections are closed for good
+    this.pending = new List();
+    this.pendingRel = new List();
+    this.leaderHint = '';
+    this.leader = null;
+    this.rr = 0;
+    const list = addrs.length === 1 ? [addrs[0], addrs[0]] : addrs;
+    this.conns = list.map((a) => new Conn(engine, this, a, false));
+    this.nconfigured = this.conns.length;
+    for (const k of this.conns) k.scheduleAttempt(now());
+  }
+
+  get label() {
+    if (this.name === null) return 'the seed group';
+    return this.seed ? `group ${this.name} (the seed)` : `group ${this.name}`;
+  }
+
+  pickConn() {
+    if (this.leader && this.leader.hasRoom()) return this.leader;
+    const n = this.conns.length;
+    for (let j = 0; j < n; j++) {
+      const i = (this.rr + j) % n;
+      if (this.conns[i].hasRoom()) {
+        this.rr = (i + 1) % n;
+        return this.conns[i];
+      }
+    }
+    return null;
+  }
+
+  // Every live connection's last attempt was refused in TLS: a
+  // configuration error that waiting will not fix.
+  tlsRefusedAll() {
+    const live = this.conns.filter((k) => k.state !== RETIRED);
+    return live.length > 0 && live.every((k) => k.tlsRefused);
+  }
+
+  // Nothing of it waiting, nothing in flight (zombies included).
+  idle() {
+    return this.pending.length === 0 && this.pendingRel.length === 0 && this.conns.every((k) => k.slots.size === 0);
+  }
+
+  // Closes its connections for good; what they gave back goes where
+  // routing says (enqueue skips a group that is gone).
+  close() {
+    this.gone = true;
+    for (const k of this.conns) k.retire();
+  }
+
+  // ---- M hints ----
+
+  onMoved(addr) {
+    const e = this.e;
+    const t = now();
+    e.st.moved++;
+    const same = (addr || '') === this.leaderHint;
+    this.leaderHint = addr || '';
+    if (!addr) {
+      this.leader = null; // "M -": no leader known now
+      return;
+    }
+    if (!same) e.log(2, `leader hint: ${addr}${this.seed ? '' : ` (${this.label})`}`);
+    for (const k of this.conns) {
+      if (k.addr !== addr) continue;
+      this.leader = k;
+      if (k.state === RETIRED) {
+        k.state = IDLE;
+        k.backoff = e.cfg.backoffMinMs;
+        k.nextAttempt = Infinity;
+      }
+      // Soon, but not sooner than the shortest backoff: two nodes naming
+      // each other during an election must not make a tight loop.
+      if (k.state === IDLE && (k.retryTimer === null || t + e.cfg.backoffMinMs < k.nextAttempt)) {
+        k.scheduleAttempt(t + e.cfg.backoffMinMs);
+      }
+      return;
+    }
+    // A member we were not configured with: connect to it too.
+    const extras = this.conns.slice(this.nconfigured);
+    if (extras.length < EXTRA_MAX) {
+      let k;
+      try {
+        k = new Conn(e, this, addr, true);
+      } catch {
+        e.log(1, `cannot connect to hinted leader ${addr} (bad address)`);
+        return;
+      }
+      this.conns.push(k);
+      this.leader = k;
+      k.scheduleAttempt(t);
+      return;
+    }
+    const slot = extras.find((k) => k.state === RETIRED) || extras.find((k) => k.state !== READY);
+    if (!slot) {
+      e.log(1, `no room for a connection to hinted leader ${addr}`);
+      return;
+    }
+    slot.retire();
+    try {
+      slot.setAddr(addr);
+    } catch {
+      return;
+    }
+    slot.state = IDLE;
+    slot.backoff = e.cfg.backoffMinMs;
+    this.leader = slot;
+    slot.scheduleAttempt(t);
+  }
+}
+
 export class Engine {
   /**
-   * addrs: ["host:port", ...] (checked); secret: Buffer; owner: string;
-   * cfg: numbers with defaults applied; tlsOpts: null or {ca, cert, key}.
+   * addrs: ["host:port", ...] (checked): the seed group; secret: Buffer;
+   * owner: string; cfg: numbers with defaults applied; tlsOpts: null or
+   * {ca, cert, key}. Every other group gets the same.
    */
   constructor({ addrs, secret, owner, cfg, tlsOpts, tlsServerName, tlsCaFile, log }) {
     this.secret = secret;
@@ -590,17 +759,12 @@ export class Engine {
     this.tlsServerName = tlsServerName || '';
     this.tlsCaFile = tlsCaFile || '';
     this.logFn = log || null;
-    this.pending = new List();
-    this.pendingRel = new List();
     this.liveReq = 0;
     this.liveRel = 0;
     this.readyCount = 0;
     this.readyWaiters = [];
     this.lastError = '';
     this.lastAuth = false;
-    this.leaderHint = '';
-    this.leader = null;
-    this.rr = 0;
     this.draining = false;
     this.drainDeadline = 0;
     this.drainTimer = null;
@@ -608,11 +772,17 @@ export class Engine {
     this.closeWaiters = [];
     this.pumpScheduled = false;
     this.st = { connectAttempts: 0, handshakes: 0, authFailures: 0, moved: 0, requestsWritten: 0,
-      compensations: 0, compensationsDropped: 0, indeterminate: 0 };
-    const list = addrs.length === 1 ? [addrs[0], addrs[0]] : addrs;
-    this.conns = list.map((a) => new Conn(this, a, false));
-    this.nconfigured = this.conns.length;
-    for (const k of this.conns) k.scheduleAttempt(now());
+      compensations: 0, compensationsDropped: 0, indeterminate: 0, rerouted: 0 };
+    // Routing: the ring routed by (null: none yet, everything to the seed),
+    // the one ring fetch in progress, the requests answered W that wait for
+    // it, and those pausing before a resend to the group that answered.
+    this.configured = new Set(addrs.map(G.addrKey));
+    this.ring = null;
+    this.fetching = null;
+    this.ringWait = new List();
+    this.paused = new List();
+    this.seed = new Group(this, null, addrs, true);
+    this.groups = [this.seed];
   }
 
   log(level, msg) {
@@ -648,6 +818,10 @@ export class Engine {
     if (r.timer) {
       clearTimeout(r.timer);
       r.timer = null;
+    }
+    if (r.pauseTimer) {
+      clearTimeout(r.pauseTimer);
+      r.pauseTimer = null;
     }
   }
 
@@ -729,8 +903,9 @@ export class Engine {
   }
 
   stats() {
+    const conns = this.groups.flatMap((g) => g.conns);
     return {
-      connections: this.conns.filter((k) => k.state !== RETIRED).length,
+      connections: conns.filter((k) => k.state !== RETIRED).length,
       connectionsReady: this.readyCount,
       connectAttempts: this.st.connectAttempts,
       handshakes: this.st.handshakes,
@@ -742,7 +917,9 @@ export class Engine {
       compensations: this.st.compensations,
       compensationsDropped: this.st.compensationsDropped,
       indeterminate: this.st.indeterminate,
-      leaderHint: this.leaderHint,
+      leaderHint: this.seed.leaderHint,
+      ringVersion: this.ring ? this.ring.version : 0n,
+      rerouted: this.st.rerouted,
     };
   }
 
@@ -764,29 +941,43 @@ export class Engine {
     r.done(res);
   }
 
+  // Gives back r's place in the bounds (the engine's own ring fetch has none).
+  unbound(r) {
+    if (r.type === 'R') this.liveRel--;
+    else if (!r.fetch) this.liveReq--;
+  }
+
   /** r is done with: give back its timer, its list and its place in the bounds. */
   free(r) {
     this.clearDeadline(r);
     if (r.list) r.list.remove(r);
-    if (r.type === 'R') this.liveRel--;
-    else this.liveReq--;
+    this.unbound(r);
+  }
+
+  /** Decides r, which is on no connection, with res. */
+  end(r, res) {
+    if (r.list) r.list.remove(r);
+    this.clearDeadline(r);
+    this.decide(r, res);
+    this.unbound(r);
   }
 
   finish(r, outcome, reason = '') {
-    if (r.list) r.list.remove(r);
-    this.clearDeadline(r);
-    this.decide(r, result(outcome, { reason }));
-    if (r.type === 'R') this.liveRel--;
-    else this.liveReq--;
+    this.end(r, result(outcome, { reason }));
   }
 
   accept(r) {
-    let budget;
-    if (r.type === 'A') budget = Math.max(r.waitMs, this.cfg.sendBudgetMinMs);
-    else if (r.type === 'R') budget = RELEASE_DEADLINE_MS;
-    else budget = this.cfg.requestTimeoutMs;
-    this.setDeadline(r, r.submit + budget);
-    (r.type === 'R' ? this.pendingRel : this.pending).pushBack(r);
+    this.setDeadline(r, r.submit + budgetMs(r.type, r.waitMs, this.cfg));
+    this.enqueue(r, false);
+  }
+
+  // r goes onto a pending list of its group: the one it has, unless that
+  // one is gone, else the one routing names.
+  enqueue(r, front) {
+    if (r.group === null || r.group.gone) r.group = this.route(r);
+    const lst = r.type === 'R' ? r.group.pendingRel : r.group.pending;
+    if (front) lst.pushFront(r);
+    else lst.pushBack(r);
   }
 
   compensate(r, token) {
@@ -800,6 +991,8 @@ export class Engine {
     this.log(2, `late grant of ${r.key} token ${token}: releasing it`);
     const c = new Req('R', r.key, 0, 0, token);
     c.comp = true;
+    c.group = r.group; // the group that granted it
+    c.slot = r.slot;
     c.submit = now();
     this.accept(c);
   }
@@ -855,10 +1048,10 @@ export class Engine {
         r.ringBody = null;
         break;
       case 'W':
-        // Definite: the group changed nothing. A release is done with too
-        // (nothing is held here to release): not retried, not queued.
-        res = result('WRONG_GROUP', { slot: rsp.slot, ringVersion: rsp.version });
-        break;
+        // Definite: the group changed nothing, so the request may go again
+        // (a release too: nothing is held there to release).
+        this.onWrong(r, rsp, t);
+        return;
       case 'E':
         res = result('INVALID', { reason: rsp.text.slice(0, 15) });
         break;
@@ -867,8 +1060,7 @@ export class Engine {
     }
     this.clearDeadline(r);
     this.decide(r, res);
-    if (r.type === 'R') this.liveRel--;
-    else this.liveReq--;
+    this.unbound(r);
   }
 
   onConnLost(r) {
@@ -881,12 +1073,21 @@ export class Engine {
       // Not one byte written: the same request may go elsewhere. A written
       // release or read is safe to repeat.
       r.neutered = false;
-      (r.type === 'R' ? this.pendingRel : this.pending).pushFront(r);
+      this.enqueue(r, true);
     } else {
       // Written, no answer: nobody knows whether it was granted. Never
       // resent; an M or a close is no ground for it.
       this.finish(r, 'INDETERMINATE');
     }
+  }
+
+  // The outcome of an undecided r whose budget has ended.
+  endResult(r) {
+    // Answered W and not written anywhere since: nothing was done.
+    if (r.wrongGroup !== null && r.sent === null) return this.wrongResult(r);
+    if (r.type === 'R') return result('UNCONFIRMED');
+    if (r.type === 'A' && r.wire === SENT) return result('INDETERMINATE');
+    return result('UNAVAILABLE');
   }
 
   expire(r, t) {
@@ -896,75 +1097,181 @@ export class Engine {
       this.free(r);
       return;
     }
-    let o = 'UNAVAILABLE';
-    if (r.type === 'R') o = 'UNCONFIRMED';
-    else if (r.type === 'A' && r.wire === SENT) o = 'INDETERMINATE';
+    const res = this.endResult(r);
     if (r.wire === NONE) {
-      this.finish(r, o);
+      this.end(r, res);
       return;
     }
     if (r.wire === QUEUED) r.conn.neuter(r);
-    this.decide(r, result(o));
+    this.decide(r, res);
     this.zombie(r, t);
   }
 
-  // ---- M hints ----
+  // ---- routing ----
 
-  onMoved(addr) {
+  // The group r goes to: by its key's slot in the ring for an acquire,
+  // release or query (the seed while there is no ring, or for a slot the
+  // ring gives nobody: its W then says so); the seed for a ping or ring.
+  route(r) {
+    if (r.type === 'P' || r.type === 'S' || this.ring === null) return this.seed;
+    if (r.slot < 0) r.slot = P.slotOf(r.key);
+    const e = G.groupOf(this.ring, r.slot);
+    return e === null ? this.seed : this.groupOfEntry(e);
+  }
+
+  // The group of a ring entry: its connections are made on its first use.
+  groupOfEntry(e) {
+    if (e.group === null) {
+      e.group = new Group(this, e.name, e.addrs, false);
+      this.groups.push(e.group);
+      this.log(2, `${e.group.label}: connecting to ${e.addrs.join(',')}`);
+    }
+    return e.group;
+  }
+
+  wrongResult(r) {
+    return result('WRONG_GROUP', { slot: r.wrongSlot, ringVersion: r.wrongVersion });
+  }
+
+  // r was answered W (it is on no connection now). It waits for the ring of
+  // the group that answered, then goes where that says (resend), within its
+  // budget: an acquire's is the one of an unsent acquire again.
+  onWrong(r, rsp, t) {
+    r.wrongGroup = r.group;
+    r.wrongSlot = rsp.slot;
+    r.wrongVersion = rsp.version;
+    if (r.slot < 0) r.slot = P.slotOf(r.key); // routed by the client's own slot, as every request
+    r.sent = null; // a resend is a new request: its lease counts from its own first write
+    r.neutered = false;
+    if (r.type === 'A') this.setDeadline(r, r.submit + budgetMs('A', r.waitMs, this.cfg));
+    if (t >= r.deadline) {
+      this.end(r, this.wrongResult(r));
+      return;
+    }
+    this.ringWait.pushBack(r);
+    this.fetchRing(r.group);
+  }
+
+  // Asks g for its ring, unless a fetch is in progress already (the
+  // requests answered W meanwhile wait for that one).
+  fetchRing(g) {
+    if (this.fetching !== null || this.closed) return;
+    const f = new Req('S');
+    f.fetch = true;
+    f.group = g;
+    f.submit = now();
+    f.done = (res) => this.onRingFetched(f, res);
+    this.fetching = f;
+    this.setDeadline(f, f.submit + budgetMs('S', 0, this.cfg));
+    g.pending.pushFront(f);
+    this.pump();
+  }
+
+  onRingFetched(f, res) {
+    if (this.fetching === f) this.fetching = null;
+    if (this.closed) return;
+    if (res.outcome === 'ANSWERED') {
+      this.takeRing(res.ringVersion, res.body, f.group);
+    } else {
+      this.log(1, `ring of ${f.group.label}: ${res.outcome}; routing by ring version ` +
+        `${this.ring ? this.ring.version : 0n}`);
+    }
     const t = now();
-    this.st.moved++;
-    const same = (addr || '') === this.leaderHint;
-    this.leaderHint = addr || '';
-    if (!addr) {
-      this.leader = null; // "M -": no leader known now
-      return;
-    }
-    if (!same) this.log(2, `leader hint: ${addr}`);
-    for (const k of this.conns) {
-      if (k.addr !== addr) continue;
-      this.leader = k;
-      if (k.state === RETIRED) {
-        k.state = IDLE;
-        k.backoff = this.cfg.backoffMinMs;
-        k.nextAttempt = Infinity;
-      }
-      // Soon, but not sooner than the shortest backoff: two nodes naming
-      // each other during an election must not make a tight loop.
-      if (k.state === IDLE && (k.retryTimer === null || t + this.cfg.backoffMinMs < k.nextAttempt)) {
-        k.scheduleAttempt(t + this.cfg.backoffMinMs);
-      }
-      return;
-    }
-    // A member we were not configured with: connect to it too.
-    const extras = this.conns.slice(this.nconfigured);
-    if (extras.length < EXTRA_MAX) {
-      let k;
-      try {
-        k = new Conn(this, addr, true);
-      } catch {
-        this.log(1, `cannot connect to hinted leader ${addr} (bad address)`);
-        return;
-      }
-      this.conns.push(k);
-      this.leader = k;
-      k.scheduleAttempt(t);
-      return;
-    }
-    const slot = extras.find((k) => k.state === RETIRED) || extras.find((k) => k.state !== READY);
-    if (!slot) {
-      this.log(1, `no room for a connection to hinted leader ${addr}`);
-      return;
-    }
-    slot.retire();
+    while (this.ringWait.length) this.resend(this.ringWait.shift(), t);
+    this.pump();
+  }
+
+  // Keeps the ring of version and body if it is newer than the one routed
+  // by (never an older one).
+  takeRing(version, body, from) {
+    if (!G.newer(this.ring ? this.ring.version : 0n, version)) return;
+    let ring;
     try {
-      slot.setAddr(addr);
-    } catch {
+      ring = G.parseRing(version, body);
+    } catch (err) {
+      this.log(1, `ring version ${version} of ${from.label} not taken: ${err.message}`);
       return;
     }
-    slot.state = IDLE;
-    slot.backoff = this.cfg.backoffMinMs;
-    this.leader = slot;
-    slot.scheduleAttempt(t);
+    // A group keeps its connections into the new ring when the ring names
+    // it with the same addresses; the group with a configured address is
+    // the seed.
+    const si = G.seedIndex(ring, this.configured);
+    for (let i = 0; i < ring.groups.length; i++) {
+      const e = ring.groups[i];
+      e.group = i === si ? this.seed : this.groups.find((g) => !g.seed && !g.gone && g.name === e.name &&
+        G.sameAddrs(g.addrs, e.addrs)) || null;
+      if (e.group !== null) e.group.stale = false;
+    }
+    if (si >= 0) this.seed.name = ring.groups[si].name;
+    this.ring = ring;
+    this.log(2, `ring version ${version} from ${from.label}: ${ring.groups.length} groups`);
+    // A group the ring no longer names takes no new request: what waits for
+    // its connections goes where the ring says, and its connections close
+    // once nothing is in flight there (pumpNow). Bounded: past STALE_MAX
+    // such groups the oldest closes at once (its written acquires end
+    // INDETERMINATE, as on any lost connection).
+    for (const g of this.groups) {
+      if (g.seed || g.stale || ring.groups.some((e) => e.group === g)) continue;
+      g.stale = true;
+      this.rerouteWaiting(g);
+    }
+    const stale = this.groups.filter((g) => g.stale);
+    while (stale.length > STALE_MAX) {
+      const g = stale.shift();
+      this.log(1, `${g.label}: closed (too many groups the ring no longer names)`);
+      g.close();
+      this.rerouteWaiting(g);
+    }
+    this.groups = this.groups.filter((g) => !g.gone);
+  }
+
+  // What waits for a connection of g goes to the group routing names now.
+  rerouteWaiting(g) {
+    for (const lst of [g.pendingRel, g.pending]) {
+      const rs = [];
+      while (lst.length) rs.push(lst.shift());
+      for (const r of rs) {
+        r.group = null;
+        this.enqueue(r, false);
+      }
+    }
+  }
+
+  // r, answered W, goes to the group the ring names for its slot now: at
+  // once if that is another group than the one that answered, after a
+  // pause if it is the same one; WRONG_GROUP at once if the ring names none.
+  resend(r, t) {
+    const e = G.groupOf(this.ring, r.slot);
+    if (e === null) {
+      this.end(r, this.wrongResult(r));
+      return;
+    }
+    const g = this.groupOfEntry(e);
+    r.pauseMs = G.resendPause(g === r.wrongGroup, r.pauseMs);
+    if (r.pauseMs === 0) {
+      this.requeue(r, g);
+      return;
+    }
+    this.paused.pushBack(r);
+    r.pauseTimer = setTimeout(this.onPause, r.pauseMs, r);
+    r.pauseTimer.unref(); // the deadline timer keeps the process alive
+  }
+
+  onPause = (r) => {
+    r.pauseTimer = null;
+    if (r.decided || r.list !== this.paused) return;
+    this.paused.remove(r);
+    const e = G.groupOf(this.ring, r.slot);
+    if (e === null) this.end(r, this.wrongResult(r));
+    else this.requeue(r, this.groupOfEntry(e));
+    this.pump();
+  };
+
+  requeue(r, g) {
+    r.group = g;
+    this.st.rerouted++;
+    (r.type === 'R' ? g.pendingRel : g.pending).pushBack(r);
+    this.pump();
   }
 
   // ---- the pump: requests onto connections, bytes onto sockets ----
@@ -983,42 +1290,30 @@ export class Engine {
     this.pumpScheduled = false;
     if (this.closed) return;
     this.dispatch();
-    if (this.pending.length && this.tlsRefusedAll()) {
-      while (this.pending.length) this.finish(this.pending.head, 'UNAVAILABLE', 'tls');
+    for (const g of this.groups) {
+      if (g.pending.length && g.tlsRefusedAll()) {
+        while (g.pending.length) this.finish(g.pending.head, 'UNAVAILABLE', 'tls');
+      }
     }
-    for (const k of this.conns) k.flush();
+    for (const g of this.groups) for (const k of g.conns) k.flush();
+    if (this.groups.some((g) => g.stale && g.idle())) {
+      for (const g of this.groups) if (g.stale && g.idle()) g.close();
+      this.groups = this.groups.filter((g) => !g.gone);
+    }
     if (this.draining && (now() >= this.drainDeadline || this.liveRel === 0)) this.finalSweep();
   };
 
-  pickConn() {
-    if (this.leader && this.leader.hasRoom()) return this.leader;
-    const n = this.conns.length;
-    for (let j = 0; j < n; j++) {
-      const i = (this.rr + j) % n;
-      if (this.conns[i].hasRoom()) {
-        this.rr = (i + 1) % n;
-        return this.conns[i];
-      }
-    }
-    return null;
-  }
-
   dispatch() {
     const t = now();
-    for (const lst of [this.pendingRel, this.pending]) {
-      while (lst.length) {
-        const k = this.pickConn();
-        if (!k) return;
-        k.queue(lst.shift(), t);
+    for (const g of this.groups) {
+      for (const lst of [g.pendingRel, g.pending]) {
+        while (lst.length) {
+          const k = g.pickConn();
+          if (!k) break;
+          k.queue(lst.shift(), t);
+        }
       }
     }
-  }
-
-  // Every live connection's last attempt was refused in TLS: a
-  // configuration error that waiting will not fix.
-  tlsRefusedAll() {
-    const live = this.conns.filter((k) => k.state !== RETIRED);
-    return live.length > 0 && live.every((k) => k.tlsRefused);
   }
 
   drainBegin() {
@@ -1026,13 +1321,23 @@ export class Engine {
     this.draining = true;
     this.drainDeadline = t + RELEASE_DEADLINE_MS;
     this.drainTimer = setTimeout(() => this.pump(), RELEASE_DEADLINE_MS + 1);
-    while (this.pending.length) this.finish(this.pending.head, 'CANCELLED', 'shutdown');
-    for (const k of this.conns) {
-      for (const r of [...k.slots.values()]) {
-        if (!r.decided && r.type !== 'R') {
-          if (r.wire === QUEUED) k.neuter(r);
-          this.decide(r, result('CANCELLED', { reason: 'shutdown' }));
-          this.zombie(r, t);
+    for (const lst of [this.ringWait, this.paused]) {
+      for (let r = lst.head, next; r; r = next) {
+        next = r.next;
+        if (r.type !== 'R') this.finish(r, 'CANCELLED', 'shutdown');
+      }
+    }
+    for (const g of this.groups) {
+      while (g.pending.length) this.finish(g.pending.head, 'CANCELLED', 'shutdown');
+    }
+    for (const g of this.groups) {
+      for (const k of g.conns) {
+        for (const r of [...k.slots.values()]) {
+          if (!r.decided && r.type !== 'R') {
+            if (r.wire === QUEUED) k.neuter(r);
+            this.decide(r, result('CANCELLED', { reason: 'shutdown' }));
+            this.zombie(r, t);
+          }
         }
       }
     }
@@ -1041,9 +1346,15 @@ export class Engine {
   finalSweep() {
     this.closed = true;
     clearTimeout(this.drainTimer);
-    for (const k of this.conns) k.retire();
-    while (this.pendingRel.length) this.finish(this.pendingRel.head, 'UNCONFIRMED');
-    while (this.pending.length) this.finish(this.pending.head, 'CANCELLED', 'shutdown');
+    for (const g of this.groups) for (const k of g.conns) k.retire();
+    const last = (r) => (r.type === 'R' ? this.endResult(r) : result('CANCELLED', { reason: 'shutdown' }));
+    for (const g of this.groups) {
+      while (g.pendingRel.length) this.end(g.pendingRel.head, last(g.pendingRel.head));
+      while (g.pending.length) this.end(g.pending.head, last(g.pending.head));
+    }
+    for (const lst of [this.ringWait, this.paused]) {
+      while (lst.length) this.end(lst.head, last(lst.head));
+    }
     for (const f of this.readyWaiters) f(false);
     this.readyWaiters = [];
     const w = this.closeWaiters;

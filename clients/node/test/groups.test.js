@@ -8,10 +8,11 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
+import { writeFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, TicketingError, slot } from '../index.js';
 import * as P from '../lib/proto.js';
-import { Server, NODEDIR } from './support.js';
+import { Server, NODEDIR, ticketctl } from './support.js';
 
 const T = { timeout: 20000 };
 const SECRET = 'groups-test-secret-0123456789abcdef';
@@ -76,9 +77,12 @@ class Fake {
 
 const idOf = (line) => line.split(' ')[1];
 
-// W for an A, Q or R line: the slot of the key in the line, the given version.
+// W for an A, Q or R line: the slot of the key in the line, the given
+// version; the ring the client then asks for (S) is none ("S <id> 0 -"), so
+// the W is the outcome.
 const wrong = (version) => (line) => {
   const w = line.split(' ');
+  if (w[0] === 'S') return [`S ${w[1]} 0 -`];
   return [`W ${w[1]} ${slot(w[2])} ${version}`];
 };
 
@@ -113,7 +117,11 @@ describe('W: WRONG_GROUP', () => {
       const st = c.stats();
       assert.equal(st.indeterminate, 0, 'W is definite');
       assert.equal(st.compensations, 0);
-      assert.equal(f.lines.length, 2, `one line each, nothing resent: ${f.lines}`);
+      assert.equal(f.linesOf('A').length, 1, `the acquire was resent: ${f.lines}`);
+      assert.equal(f.linesOf('Q').length, 1, `the query was resent: ${f.lines}`);
+      assert.equal(f.linesOf('S').length, 2, `one ring fetch after each W: ${f.lines}`);
+      assert.equal(st.rerouted, 0);
+      assert.equal(st.ringVersion, 0n, 'a group without a ring gives the client none');
     });
   });
 
@@ -148,6 +156,242 @@ describe('W: WRONG_GROUP', () => {
     } finally {
       await c.close();
       await srv.stop();
+    }
+  });
+});
+
+// Two scripted groups: the seed "a" owns slots 0-8191 and answers W for the
+// others; "b" owns 8192-16383 and grants, releases and answers queries as
+// held. Each one's ring (S) is ringA / ringB(b) (a function of both fakes).
+const grantAll = (token) => (line) => {
+  const w = line.split(' ');
+  if (w[0] === 'A') return [`G ${w[1]} ${token}`];
+  if (w[0] === 'R') return [`R ${w[1]}`];
+  if (w[0] === 'Q') return [`Q ${w[1]} node-groups ${token} 0`];
+  return [];
+};
+
+function group(owns, version, ring, grant) {
+  return (line) => {
+    const w = line.split(' ');
+    if (w[0] === 'S') return [`S ${w[1]} ${ring()}`];
+    if (w[0] === 'P') return [`P ${w[1]}`];
+    return owns(slot(w[2])) ? grant(line) : [`W ${w[1]} ${slot(w[2])} ${version()}`];
+  };
+}
+
+async function withGroups(scriptA, scriptB, opts, fn) {
+  const b = await new Fake(() => []).start();
+  const a = await new Fake(() => []).start();
+  a.script = scriptA(a, b);
+  b.script = scriptB(a, b);
+  const c = new Client({ addrs: a.addr, secret: SECRET, owner: 'node-groups', requestTimeoutMs: 3000,
+    backoffMinMs: 20, backoffMaxMs: 100, ...opts });
+  try {
+    await fn(c, a, b);
+  } finally {
+    await c.close();
+    await a.stop();
+    await b.stop();
+  }
+}
+
+const halves = (a, b, v = 1) => `${v} 0-8191=sales-a@${a.addr};8192-16383=sales-b@${b.addr}`;
+const low = (s) => s < 8192;
+const high = (s) => s >= 8192;
+
+describe('routing by the ring', () => {
+  it('fetches the ring after a W, resends to the owner, then goes there directly', T, async () => {
+    await withGroups((a, b) => group(low, () => 1, () => halves(a, b), grantAll(5)),
+      (a, b) => group(high, () => 1, () => halves(a, b), grantAll(7)), {}, async (c, a, b) => {
+        assert.equal((await c.acquire('show-4', { lease: 30000, wait: 1000 })).token, 5n, 'slot 725: the seed');
+        let st = c.stats();
+        assert.equal(st.ringVersion, 0n, 'no W yet: no ring');
+        assert.equal(st.rerouted, 0);
+        const l = await c.acquire('show-1', { lease: 30000, wait: 1000 });
+        assert.equal(l.token, 7n, 'slot 14934: granted by sales-b');
+        st = c.stats();
+        assert.equal(st.ringVersion, 1n);
+        assert.equal(st.rerouted, 1);
+        assert.equal(a.linesOf('S').length, 1, 'the ring was asked of the group that answered W');
+        assert.equal(b.linesOf('S').length, 0);
+        assert.equal((await c.acquire('show-6', { lease: 30000, wait: 0 })).token, 7n);
+        assert.equal((await c.query('show-1')).token, 7n);
+        assert.deepEqual(await l.release(), { outcome: 'RELEASED', resent: false });
+        assert.equal(c.stats().rerouted, 1, 'routed by the ring: no second W');
+        assert.deepEqual(a.linesOf('A').map((x) => x.split(' ')[2]), ['show-4', 'show-1']);
+        assert.deepEqual(b.linesOf('A').map((x) => x.split(' ')[2]), ['show-1', 'show-6']);
+        assert.deepEqual(b.linesOf('R').map((x) => x.split(' ')[2]), ['show-1']);
+        assert.equal(b.linesOf('Q').length, 1);
+        // ping and ring ask the seed
+        await c.ping();
+        assert.equal((await c.ring()).version, 1n);
+        assert.equal(a.linesOf('S').length, 2);
+        assert.equal(b.linesOf('S').length, 0);
+        assert.equal(c.stats().connections, 4, 'two connections to each group');
+      });
+  });
+
+  it('resends a release answered W to the owner (resent stays false)', T, async () => {
+    await withGroups((a, b) => group(low, () => 1, () => halves(a, b), grantAll(5)),
+      (a, b) => group(high, () => 1, () => halves(a, b), grantAll(7)), {}, async (c, a, b) => {
+        assert.deepEqual(await c.release('show-1', 7n), { outcome: 'RELEASED', resent: false });
+        assert.equal(a.linesOf('R').length, 1);
+        assert.equal(b.linesOf('R').length, 1);
+        assert.equal(c.stats().rerouted, 1);
+        assert.equal(c.stats().releasesQueued, 0);
+      });
+  });
+
+  it('takes the seed group of the ring as the seed itself: no second set of connections', T, async () => {
+    const ring = (a, b) => `1 0-8191=sales-a@127.0.0.1:1,${a.addr};8192-16383=sales-b@${b.addr}`;
+    await withGroups((a, b) => group(low, () => 1, () => ring(a, b), grantAll(5)),
+      (a, b) => group(high, () => 1, () => ring(a, b), grantAll(7)), {}, async (c, a) => {
+        await c.acquire('show-1', { lease: 30000, wait: 1000 });
+        await c.acquire('show-4', { lease: 30000, wait: 1000 });
+        assert.equal(a.linesOf('A').length, 2, 'slot 725 went to the seed');
+        assert.equal(c.stats().connections, 4, 'the seed 2, sales-b 2: none to 127.0.0.1:1');
+      });
+  });
+
+  it('ends WRONG_GROUP at once when the ring names no group for the slot', T, async () => {
+    await withGroups((a) => group(low, () => 1, () => `1 0-8191=sales-a@${a.addr}`, grantAll(5)),
+      () => () => [], {}, async (c, a, b) => {
+        const t0 = performance.now();
+        const e = await rejects(c.acquire('show-1', { lease: 30000, wait: 5000 }), 'WRONG_GROUP');
+        assert.ok(performance.now() - t0 < 1000, 'not after the budget');
+        assert.equal(e.slot, 14934);
+        assert.equal(e.ringVersion, 1n);
+        assert.equal(c.stats().ringVersion, 1n);
+        assert.equal(c.stats().rerouted, 0);
+        assert.equal(b.lines.length, 0);
+      });
+  });
+
+  it('never takes an older ring; resends to the same group pause 20 ms doubling, within the budget', T, async () => {
+    // b answers W with version 5 and gives an older ring (2) that names a
+    // for everything: the client keeps version 3 and goes on asking b.
+    const times = [];
+    await withGroups((a, b) => group(low, () => 3, () => halves(a, b, 3), grantAll(5)),
+      (a) => {
+        const inner = group(() => false, () => 5, () => `2 0-16383=sales-a@${a.addr}`, grantAll(7));
+        return (line) => {
+          if (line[0] === 'A') times.push(performance.now());
+          return inner(line);
+        };
+      }, { sendBudgetMinMs: 700 }, async (c) => {
+        const t0 = performance.now();
+        const e = await rejects(c.acquire('show-1', { lease: 30000, wait: 0 }), 'WRONG_GROUP');
+        const took = performance.now() - t0;
+        assert.ok(took >= 690 && took < 1500, `the budget max(wait 0, sendBudgetMinMs 700): ${took} ms`);
+        assert.equal(e.slot, 14934);
+        assert.equal(e.ringVersion, 5n, "the last W's version");
+        assert.equal(c.stats().ringVersion, 3n, 'the older ring was not taken');
+        // sent to b at once after a's W, then after 20, 40, 80, 160, 200 ms...
+        const gaps = times.slice(1).map((t, i) => t - times[i]);
+        assert.ok(gaps.length >= 4, `resent ${gaps.length} times`);
+        [20, 40, 80, 160, 200, 200].slice(0, gaps.length).forEach((p, i) => {
+          assert.ok(gaps[i] >= p - 2, `pause ${i}: ${gaps[i]} ms, not at least ${p}`);
+        });
+        assert.equal(c.stats().rerouted, 1 + gaps.length);
+        assert.equal(c.stats().requestsInProgress, 0);
+      });
+  });
+
+  it('a query answered W keeps its requestTimeoutMs budget', T, async () => {
+    await withGroups((a, b) => group(() => false, () => 1, () => halves(a, b), grantAll(5)),
+      () => () => [], { requestTimeoutMs: 500 }, async (c) => {
+        // a owns 0-8191 by its ring, yet answers W (a move in progress)
+        const t0 = performance.now();
+        const e = await rejects(c.query('show-4'), 'WRONG_GROUP');
+        const took = performance.now() - t0;
+        assert.ok(took >= 490 && took < 1300, `${took} ms`);
+        assert.equal(e.slot, 725);
+        assert.ok(c.stats().rerouted >= 2);
+      });
+  });
+
+  it('a move in progress: W from the owner until it serves, each resend with the wait left', T, async () => {
+    let frozen = 4;
+    const times = [];
+    await withGroups((a, b) => group(low, () => 1, () => halves(a, b), grantAll(5)),
+      (a, b) => {
+        const inner = group(high, () => 1, () => halves(a, b), grantAll(9));
+        return (line) => {
+          const w = line.split(' ');
+          if (w[0] === 'A') times.push(performance.now());
+          if (w[0] === 'A' && frozen > 0) {
+            frozen--;
+            return [`W ${w[1]} ${slot(w[2])} 1`];
+          }
+          return inner(line);
+        };
+      }, {}, async (c, a, b) => {
+        const l = await c.acquire('show-1', { lease: 30000, wait: 20000 });
+        assert.equal(l.token, 9n);
+        assert.equal(c.stats().rerouted, 5, "one after a's W, four after b's");
+        assert.equal(c.stats().indeterminate, 0);
+        const waits = b.linesOf('A').map((x) => Number(x.split(' ')[5]));
+        assert.equal(waits.length, 5);
+        for (let i = 1; i < waits.length; i++) assert.ok(waits[i] < waits[i - 1], `waits sent: ${waits}`);
+        assert.ok(waits[4] <= 20000 - (20 + 40 + 80 + 160), `waits sent: ${waits}`);
+        // The last send came after b had read (and answered W to) the one
+        // before: the lease counts from that last send, not the first.
+        assert.ok(l.deadline - 30000 > times[3], 'the lease counts from the first write of the resend');
+        await l.release();
+      });
+  });
+});
+
+describe('two real groups', () => {
+  it('routes by slot, and follows a move of slots to the new owner', { timeout: 120000 }, async () => {
+    const a = await Server.start({ n: 3, extra: ['--group', 'sales-a'] });
+    let b = null;
+    let c = null;
+    try {
+      b = await Server.start({ n: 3, extra: ['--group', 'sales-b'], like: a });
+      const names = new Map([[a, 'sales-a'], [b, 'sales-b']]);
+      const ringFile = (v, ranges) => {
+        const path = join(a.tmp, `ring-${v}.txt`);
+        writeFileSync(path, [`version ${v}`, ...ranges.map(([r, g]) => `${r}=${names.get(g)}@${g.addrs}`)].join('\n') + '\n');
+        return path;
+      };
+      const r1 = ringFile(1, [['0-8191', a], ['8192-16383', b]]);
+      for (const [g, name] of names) {
+        const x = ticketctl(['ring', 'apply', r1, '--group', name, '--peers', g.peers, '--peer-secret-file', a.peerSecret,
+          '--timeout', '20s']);
+        assert.equal(x.status, 0, x.out);
+      }
+      c = new Client({ addrs: a.addrs, secretFile: a.secret, requestTimeoutMs: 3000 });
+      const l4 = await c.acquire('show-4', { lease: 30000, wait: 1000 }); // slot 725: the seed's
+      assert.equal(c.stats().ringVersion, 0n);
+      const l1 = await c.acquire('show-1', { lease: 30000, wait: 1000 }); // slot 14934: sales-b's
+      assert.equal(c.stats().ringVersion, 1n);
+      assert.equal(c.stats().rerouted, 1);
+      const q = await c.query('show-1');
+      assert.equal(q.token, l1.token);
+      assert.equal(q.owner, c.owner);
+      await l1.release();
+      await l4.release();
+      const s1 = await c.acquire('seat-1', { lease: 30000, wait: 1000 }); // slot 9802: sales-b's
+      await s1.release();
+      assert.equal(c.stats().rerouted, 1, 'straight to sales-b by the ring');
+      const r2 = ringFile(2, [['0-12287', a], ['12288-16383', b]]);
+      const m = ticketctl(['slots', 'move', '8192-12287', '--group', 'sales-b', '--to', 'sales-a', '--ring', r2,
+        '--peers', b.peers, '--to-peers', a.peers, '--peer-secret-file', a.peerSecret, '--wait', '30s'], 60000);
+      assert.equal(m.status, 0, m.out);
+      const s2 = await c.acquire('seat-1', { lease: 30000, wait: 1000 }); // W from sales-b, then sales-a
+      assert.ok(s2.token > s1.token, `the moved key's tokens keep increasing: ${s1.token} then ${s2.token}`);
+      const st = c.stats();
+      assert.equal(st.ringVersion, 2n);
+      assert.equal(st.rerouted, 2);
+      assert.equal(st.indeterminate, 0);
+      await s2.release();
+      assert.equal((await c.ring()).version, 2n, 'the seed (sales-a) has the new ring');
+    } finally {
+      if (c) await c.close();
+      if (b) await b.stop();
+      await a.stop();
     }
   });
 });
@@ -251,7 +495,10 @@ describe('the driver', () => {
       assert.equal(g.outcome, 'ANSWERED');
       assert.equal(g.version, 0);
       assert.equal(g.body, '-');
-      assert.equal((await call({ op: 'stats' })).releases_queued, 0);
+      const st = await call({ op: 'stats' });
+      assert.equal(st.releases_queued, 0);
+      assert.equal(st.ring_version, 0, 'the group has no ring');
+      assert.equal(st.rerouted, 0);
       assert.equal((await call({ op: 'close' })).outcome, 'OK');
       assert.equal(await new Promise((resolve) => d.once('exit', resolve)), 0);
     } finally {

@@ -28,6 +28,13 @@ export function ticketingd() {
   return bin;
 }
 
+/** Runs ticketctl (next to ticketingd) with args: {status, out}. */
+export function ticketctl(args, timeoutMs = 60000) {
+  const bin = join(dirname(ticketingd()), 'ticketctl');
+  const r = spawnSync(bin, args, { encoding: 'utf8', timeout: timeoutMs });
+  return { status: r.status, out: `${r.stdout || ''}${r.stderr || ''}`.trim() };
+}
+
 function portFree(p) {
   return new Promise((resolve) => {
     const s = createServer();
@@ -141,13 +148,14 @@ class Node {
   }
 }
 
-/** A standalone node, or a cluster of n members, in a temporary directory. */
+/** A standalone node, or a cluster of n members, in a temporary directory;
+ * with the secrets of another Server (`like`), for groups one client reaches. */
 export class Server {
-  static async start({ n = 1, extra = [] } = {}) {
+  static async start({ n = 1, extra = [], like = null } = {}) {
     const s = new Server();
     s.tmp = mkdtempSync(join(tmpdir(), 'tk-node-'));
-    s.secret = writeSecret(join(s.tmp, 'client.secret'));
-    s.peerSecret = writeSecret(join(s.tmp, 'peer.secret'));
+    s.secret = like ? like.secret : writeSecret(join(s.tmp, 'client.secret'));
+    s.peerSecret = like ? like.peerSecret : writeSecret(join(s.tmp, 'peer.secret'));
     const ports = [];
     for (let i = 0; i < n; i++) ports.push(await freePorts3());
     const peers = ports.map((p) => `127.0.0.1:${p + 1}`).join(',');
@@ -170,6 +178,11 @@ export class Server {
 
   get addrs() {
     return this.nodes.map((nd) => nd.addr).join(',');
+  }
+
+  /** The peer addresses of its members, as --peers lists them. */
+  get peers() {
+    return this.nodes.map((nd) => `127.0.0.1:${nd.port + 1}`).join(',');
   }
 
   /** The serving node (not one in skip), waiting up to timeoutMs; or null. */
