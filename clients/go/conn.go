@@ -82,6 +82,7 @@ type gate struct {
 
 type conn struct {
 	c           *Client
+	g           *group // the group it belongs to
 	idx         int
 	extra       bool
 	addr        string
@@ -118,8 +119,8 @@ func splitAddr(a string) (host, port string, err error) {
 	return host, port, nil
 }
 
-func newConn(c *Client, idx int, addr string, extra bool) *conn {
-	k := &conn{c: c, idx: idx, extra: extra, slots: map[uint64]*req{}}
+func newConn(c *Client, g *group, idx int, addr string, extra bool) *conn {
+	k := &conn{c: c, g: g, idx: idx, extra: extra, slots: map[uint64]*req{}}
 	k.setAddr(addr, 0)
 	return k
 }
@@ -159,15 +160,9 @@ func (k *conn) queue(r *req, now time.Duration) {
 	switch r.typ {
 	case 'A':
 		// The wait left of the caller's budget: a request that waited for
-		// a connection goes on within what remains.
-		spent := uint32(0)
-		if now > r.submit {
-			spent = uint32((now - r.submit) / time.Millisecond)
-		}
-		r.waitSentMs = 0
-		if spent < r.waitMs {
-			r.waitSentMs = r.waitMs - spent
-		}
+		// a connection, or goes again after a W, goes on within what
+		// remains.
+		r.waitSentMs = waitLeftMs(r.waitMs, r.submit, now)
 		k.wbuf = appendAcquire(k.wbuf, id, r.key, c.owner, r.leaseMs, r.waitSentMs)
 	case 'R':
 		k.wbuf = appendRelease(k.wbuf, id, r.key, c.owner, r.token)
@@ -307,7 +302,7 @@ func (k *conn) down(why string, record, tlsRefused, auth bool, now time.Duration
 	}
 	k.teardown()
 	k.tlsRefused = tlsRefused
-	if k.extra && l.leader != k.idx {
+	if k.extra && k.g.leader != k.idx {
 		k.state = stRetired // the leader moved on from this address
 		return
 	}
@@ -345,7 +340,7 @@ func (l *loop) event(ev event, now time.Duration) {
 			l.c.st.authFail.Add(1)
 		}
 		if ev.moved {
-			l.onMoved(ev.movedTo, now)
+			l.onMoved(k.g, ev.movedTo, now)
 		}
 		k.down(ev.why, ev.record, ev.tlsRefused, ev.auth, now)
 	case evWritten:
@@ -365,7 +360,7 @@ func (l *loop) event(ev event, now time.Duration) {
 func (l *loop) line(k *conn, rsp *response, now time.Duration) {
 	switch {
 	case rsp.typ == 'M':
-		l.onMoved(rsp.text, now)
+		l.onMoved(k.g, rsp.text, now)
 		k.down("not the leader (M)", false, false, false, now)
 	case !rsp.hasID:
 		k.down("server closed: E - "+rsp.text, true, false, false, now)

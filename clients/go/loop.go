@@ -14,6 +14,10 @@ package ticketing
 //     INDETERMINATE too, reason "lease", and compensated);
 //   release (explicit or compensation): enqueue + 5 s, then UNCONFIRMED;
 //   query, ping, ring: submit + RequestTimeout, then UNAVAILABLE;
+//   answered W (route.go): the same budget from submit, then WRONG_GROUP
+//     unless it was written again meanwhile (the rules above then hold);
+//     waiting for the ring fetch, or paused before going again to the
+//     group that answered W, its key is the end of that wait;
 //   decided but still holding an id on a connection (a zombie): a linger,
 //     after which its id is forgotten. A grant for a zombie acquire is
 //     released at once (compensation).
@@ -92,6 +96,21 @@ type req struct {
 	ringParts []string
 	ringN     uint32
 	ringVer   uint64
+	// Routing (route.go): the key's slot, the group the request is pending
+	// on or was written to, the list it is on, and its budget's end (from
+	// submit, resends after W included). After a W: its slot and version,
+	// the group that answered, and the pause before going there again.
+	slot      uint32
+	grp       *group
+	lst       *list.List
+	budgetEnd time.Duration
+	seenW     bool
+	paused    bool
+	fetch     bool // the client's own ring fetch, answering no caller
+	wrongSlot uint32
+	wrongVer  uint64
+	wrongGrp  *group
+	pause     time.Duration
 }
 
 type reqHeap []*req
@@ -110,16 +129,17 @@ func (h *reqHeap) Pop() interface{} {
 }
 
 type loop struct {
-	c                   *Client
-	conns               []*conn
-	nconfigured         int
-	rr                  int
-	leader              int
-	pendingRel, pending *list.List
-	heap                reqHeap
-	rng                 *rand.Rand
-	draining            bool
-	drainDeadline       time.Duration
+	c             *Client
+	seed          *group   // the configured addresses
+	groups        []*group // the seed first, then the ring's groups in use
+	ring          *ring    // the ring routed by (nil: none yet)
+	fetching      *req     // the ring fetch in progress
+	ringWait      *list.List
+	heap          reqHeap
+	rng           *rand.Rand
+	draining      bool
+	drainDeadline time.Duration
+	closing       bool // the loop is ending: a fetch that ends moves nobody
 }
 
 func (c *Client) now() time.Duration { return time.Since(c.t0) }
@@ -132,8 +152,7 @@ func (c *Client) logf(level int, format string, a ...interface{}) {
 
 func (l *loop) init(c *Client) {
 	l.c = c
-	l.leader = -1
-	l.pendingRel, l.pending = list.New(), list.New()
+	l.ringWait = list.New()
 	var seed [8]byte
 	cryptoRead(seed[:])
 	s := int64(0)
@@ -141,16 +160,9 @@ func (l *loop) init(c *Client) {
 		s = s<<8 | int64(b)
 	}
 	l.rng = rand.New(rand.NewSource(s))
-	addrs := c.addrs
-	if len(addrs) == 1 {
-		addrs = []string{addrs[0], addrs[0]}
-	}
-	for _, a := range addrs {
-		k := newConn(c, len(l.conns), a, false)
-		l.conns = append(l.conns, k)
-	}
-	l.nconfigured = len(l.conns)
-	c.st.conns.Store(int64(len(l.conns)))
+	l.seed = newGroup(c, "", c.addrs, true, 0)
+	l.groups = []*group{l.seed}
+	l.countConns()
 }
 
 // ---- the API side -----------------------------------------------------------
@@ -227,6 +239,9 @@ func (c *Client) afterQuit(r *req) result {
 }
 
 func (c *Client) unlive(r *req) {
+	if r.fetch {
+		return
+	}
 	if r.typ == 'R' {
 		c.liveRel.Add(-1)
 	} else {
@@ -241,6 +256,10 @@ func (l *loop) decide(r *req, res result) {
 		panic("ticketing: a request decided twice")
 	}
 	r.decided = true
+	if r.fetch {
+		l.fetchDone(r, res)
+		return
+	}
 	if res.outcome == oIndeterminate {
 		l.c.st.indet.Add(1)
 	}
@@ -273,25 +292,23 @@ func (l *loop) finish(r *req, o outcome, reason string) {
 	l.c.unlive(r)
 }
 
-func (l *loop) listOf(r *req) *list.List {
-	if r.typ == 'R' {
-		return l.pendingRel
-	}
-	return l.pending
-}
-
 func (l *loop) unpend(r *req) {
 	if r.elem != nil {
-		l.listOf(r).Remove(r.elem)
-		r.elem = nil
+		r.lst.Remove(r.elem)
+		r.elem, r.lst = nil, nil
 	}
 }
 
+// repend puts r on the pending list of its group.
 func (l *loop) repend(r *req, front bool) {
+	r.lst = r.grp.pending
+	if r.typ == 'R' {
+		r.lst = r.grp.pendingRel
+	}
 	if front {
-		r.elem = l.listOf(r).PushFront(r)
+		r.elem = r.lst.PushFront(r)
 	} else {
-		r.elem = l.listOf(r).PushBack(r)
+		r.elem = r.lst.PushBack(r)
 	}
 }
 
@@ -324,16 +341,14 @@ func (l *loop) accept(r *req) {
 		c.unlive(r)
 		return
 	}
-	var budget time.Duration
-	switch r.typ {
-	case 'A':
-		budget = maxDur(time.Duration(r.waitMs)*time.Millisecond, c.cfg.SendBudgetMin)
-	case 'R':
-		budget = releaseDeadline * time.Millisecond
-	default:
-		budget = c.cfg.RequestTimeout
+	r.budgetEnd = r.submit + budgetOf(r.typ, r.waitMs, &c.cfg)
+	l.heapSet(r, r.budgetEnd)
+	if r.typ == 'A' || r.typ == 'R' || r.typ == 'Q' {
+		r.slot = Slot(r.key)
 	}
-	l.heapSet(r, r.submit+budget)
+	if r.grp == nil { // a compensation goes to the group that granted
+		r.grp = l.route(r, c.now())
+	}
 	l.repend(r, false)
 }
 
@@ -352,7 +367,7 @@ func (l *loop) compensate(r *req, token uint64) {
 	}
 	c.st.comp.Add(1)
 	c.logf(2, "late grant of %s token %d: releasing it", r.key, token)
-	comp := &req{typ: 'R', key: r.key, token: token, comp: true, hidx: -1, submit: c.now()}
+	comp := &req{typ: 'R', key: r.key, token: token, comp: true, hidx: -1, submit: c.now(), grp: r.grp}
 	l.accept(comp)
 }
 
@@ -437,6 +452,12 @@ func (l *loop) onResponse(r *req, rsp *response, now time.Duration) {
 		l.free(r)
 		return
 	}
+	if rsp.typ == 'W' {
+		// Definite: nothing was done. The request goes on by the ring
+		// while its budget lasts (route.go).
+		l.onWrong(r, rsp, now)
+		return
+	}
 	var res result
 	switch rsp.typ {
 	case 'G':
@@ -464,10 +485,6 @@ func (l *loop) onResponse(r *req, rsp *response, now time.Duration) {
 		}
 	case 'S':
 		res.outcome, res.ringVer, res.body = oAnswered, rsp.version, rsp.text
-	case 'W':
-		// Definite: nothing was done. A release answered W is decided here
-		// like an N: it leaves the release queue and is not sent again.
-		res.outcome, res.slot, res.ringVer = oWrongGroup, rsp.slot, rsp.version
 	default:
 		res.outcome, res.reason = oInvalid, rsp.text
 	}
@@ -504,6 +521,15 @@ func (l *loop) expire(r *req, now time.Duration) {
 		l.free(r)
 		return
 	}
+	if r.paused { // its pause after a W ended: it goes again
+		r.paused = false
+		l.reroute(r, now, false)
+		return
+	}
+	if r.wire == wireNone && r.seenW {
+		l.finishWrong(r) // answered W, not written again within its budget
+		return
+	}
 	if r.wire == wireQueued && !r.conn.canNeuter(r) {
 		// Handed to a write that has not returned: it may be leaving right
 		// now. Decide once the write says how far it got.
@@ -520,10 +546,13 @@ func (l *loop) expire(r *req, now time.Duration) {
 		l.finish(r, o, "")
 		return
 	}
+	res := result{outcome: o}
 	if r.wire == wireQueued {
 		r.conn.neuter(r)
+		if r.seenW { // its resend after a W never left
+			res = result{outcome: oWrongGroup, slot: r.wrongSlot, ringVer: r.wrongVer}
+		}
 	}
-	res := result{outcome: o}
 	if r.typ == 'R' {
 		res.token, res.resent = r.token, r.resent
 	}
@@ -554,25 +583,29 @@ func (l *loop) cancel(r *req, now time.Duration) {
 
 // ---- M hints ----------------------------------------------------------------------
 
-func (l *loop) onMoved(addr string, now time.Duration) {
+// onMoved takes an M hint of group g (each group has its own leader).
+func (l *loop) onMoved(g *group, addr string, now time.Duration) {
 	c := l.c
 	c.st.moved.Add(1)
-	c.mu.Lock()
-	same := addr == c.leaderHint
-	c.leaderHint = addr
-	c.mu.Unlock()
+	same := addr == g.hint
+	g.hint = addr
+	if g.seed {
+		c.mu.Lock()
+		c.leaderHint = addr
+		c.mu.Unlock()
+	}
 	if addr == "" {
-		l.leader = -1
+		g.leader = -1
 		return
 	}
 	if !same {
-		c.logf(2, "leader hint: %s", addr)
+		c.logf(2, "leader hint of %s: %s", g.label(), addr)
 	}
-	for i, k := range l.conns {
+	for i, k := range g.conns {
 		if k.addr != addr {
 			continue
 		}
-		l.leader = i
+		g.leader = i
 		if k.state == stRetired {
 			k.state = stIdle
 			k.backoff = c.cfg.BackoffMin
@@ -591,18 +624,18 @@ func (l *loop) onMoved(addr string, now time.Duration) {
 		return
 	}
 	slot := -1
-	if len(l.conns) < l.nconfigured+extraMax {
-		slot = len(l.conns)
-		l.conns = append(l.conns, newConn(c, slot, addr, true))
-		c.st.conns.Store(int64(len(l.conns)))
+	if len(g.conns) < g.nconfigured+extraMax {
+		slot = len(g.conns)
+		g.conns = append(g.conns, newConn(c, g, slot, addr, true))
+		l.countConns()
 	} else {
-		for i := l.nconfigured; i < len(l.conns) && slot < 0; i++ {
-			if l.conns[i].state == stRetired {
+		for i := g.nconfigured; i < len(g.conns) && slot < 0; i++ {
+			if g.conns[i].state == stRetired {
 				slot = i
 			}
 		}
-		for i := l.nconfigured; i < len(l.conns) && slot < 0; i++ {
-			if l.conns[i].state != stReady {
+		for i := g.nconfigured; i < len(g.conns) && slot < 0; i++ {
+			if g.conns[i].state != stReady {
 				slot = i
 			}
 		}
@@ -610,11 +643,11 @@ func (l *loop) onMoved(addr string, now time.Duration) {
 			c.logf(1, "no room for a connection to hinted leader %s", addr)
 			return
 		}
-		l.conns[slot].retire()
-		l.conns[slot].setAddr(addr, now)
+		g.conns[slot].retire()
+		g.conns[slot].setAddr(addr, now)
 	}
-	l.conns[slot].nextAttempt = now
-	l.leader = slot
+	g.conns[slot].nextAttempt = now
+	g.leader = slot
 }
 
 func (l *loop) readyChange(d int) {
@@ -625,44 +658,53 @@ func (l *loop) readyChange(d int) {
 
 // ---- the loop ------------------------------------------------------------------------
 
-func (l *loop) pickConn() *conn {
-	if l.leader >= 0 && l.conns[l.leader].hasRoom() {
-		return l.conns[l.leader]
+func (g *group) pickConn() *conn {
+	if g.leader >= 0 && g.conns[g.leader].hasRoom() {
+		return g.conns[g.leader]
 	}
-	n := len(l.conns)
+	n := len(g.conns)
 	for j := 0; j < n; j++ {
-		i := (l.rr + j) % n
-		if l.conns[i].hasRoom() {
-			l.rr = (i + 1) % n
-			return l.conns[i]
+		i := (g.rr + j) % n
+		if g.conns[i].hasRoom() {
+			g.rr = (i + 1) % n
+			return g.conns[i]
 		}
 	}
 	return nil
 }
 
 func (l *loop) dispatch(now time.Duration) {
-	for _, lst := range []*list.List{l.pendingRel, l.pending} {
-		for lst.Len() > 0 {
-			k := l.pickConn()
-			if k == nil {
-				return
+	for _, g := range l.groups {
+	lists:
+		for _, lst := range []*list.List{g.pendingRel, g.pending} {
+			for lst.Len() > 0 {
+				k := g.pickConn()
+				if k == nil {
+					break lists
+				}
+				r := lst.Remove(lst.Front()).(*req)
+				r.elem, r.lst = nil, nil
+				k.queue(r, now)
 			}
-			r := lst.Remove(lst.Front()).(*req)
-			r.elem = nil
-			k.queue(r, now)
 		}
 	}
 }
 
-// failTLSRefused: every connection's last attempt was refused in TLS, a
-// configuration error waiting will not fix; unsent acquires, queries and
-// pings end UNAVAILABLE "tls" now.
+// failTLSRefused: every connection of a group had its last attempt refused
+// in TLS, a configuration error waiting will not fix; the group's unsent
+// acquires, queries and pings end UNAVAILABLE "tls" now.
 func (l *loop) failTLSRefused() {
-	if l.pending.Len() == 0 {
+	for _, g := range l.groups {
+		l.failTLSRefusedIn(g)
+	}
+}
+
+func (l *loop) failTLSRefusedIn(g *group) {
+	if g.pending.Len() == 0 {
 		return
 	}
 	live := 0
-	for _, k := range l.conns {
+	for _, k := range g.conns {
 		if k.state == stRetired {
 			continue
 		}
@@ -674,34 +716,60 @@ func (l *loop) failTLSRefused() {
 	if live == 0 {
 		return
 	}
-	for l.pending.Len() > 0 {
-		l.finish(l.pending.Front().Value.(*req), oUnavailable, "tls")
+	for g.pending.Len() > 0 {
+		l.finish(g.pending.Front().Value.(*req), oUnavailable, "tls")
 	}
 }
 
+// drainBegin (Close): acquires, queries and pings end CANCELLED wherever
+// they are; releases go on until their deadline, and so does a ring fetch
+// (a release answered W waits for it).
 func (l *loop) drainBegin(now time.Duration) {
 	l.draining = true
 	l.drainDeadline = now + releaseDeadline*time.Millisecond
-	for l.pending.Len() > 0 {
-		l.finish(l.pending.Front().Value.(*req), oCancelled, "shutdown")
+	cancel := func(lst *list.List) {
+		for e := lst.Front(); e != nil; {
+			r := e.Value.(*req)
+			e = e.Next()
+			if r.typ != 'R' && !r.fetch {
+				l.finish(r, oCancelled, "shutdown")
+			}
+		}
 	}
-	for _, k := range l.conns {
-		for _, r := range k.slots {
-			if !r.decided && r.typ != 'R' {
-				if r.wire == wireQueued && k.canNeuter(r) {
-					k.neuter(r)
+	for _, g := range l.groups {
+		cancel(g.pending)
+	}
+	cancel(l.ringWait)
+	var paused []*req
+	for _, r := range l.heap {
+		if r.paused && r.typ != 'R' {
+			paused = append(paused, r)
+		}
+	}
+	for _, r := range paused {
+		l.finish(r, oCancelled, "shutdown")
+	}
+	for _, g := range l.groups {
+		for _, k := range g.conns {
+			for _, r := range k.slots {
+				if !r.decided && r.typ != 'R' && !r.fetch {
+					if r.wire == wireQueued && k.canNeuter(r) {
+						k.neuter(r)
+					}
+					l.decide(r, result{outcome: oCancelled, reason: "shutdown"})
+					l.zombie(r, now)
 				}
-				l.decide(r, result{outcome: oCancelled, reason: "shutdown"})
-				l.zombie(r, now)
 			}
 		}
 	}
 }
 
 func (l *loop) runTimers(now time.Duration) {
-	for _, k := range l.conns {
-		if k.state == stIdle && k.nextAttempt <= now {
-			k.start(now)
+	for _, g := range l.groups {
+		for _, k := range g.conns {
+			if k.state == stIdle && k.nextAttempt <= now {
+				k.start(now)
+			}
 		}
 	}
 	for len(l.heap) > 0 && l.heap[0].deadline <= now {
@@ -715,9 +783,11 @@ func (l *loop) nextWake(now time.Duration) time.Duration {
 	if len(l.heap) > 0 {
 		next = l.heap[0].deadline
 	}
-	for _, k := range l.conns {
-		if k.state == stIdle && k.nextAttempt < next {
-			next = k.nextAttempt
+	for _, g := range l.groups {
+		for _, k := range g.conns {
+			if k.state == stIdle && k.nextAttempt < next {
+				next = k.nextAttempt
+			}
 		}
 	}
 	if l.draining && l.drainDeadline < next {
@@ -729,20 +799,31 @@ func (l *loop) nextWake(now time.Duration) time.Duration {
 	return next - now
 }
 
+// finishAtEnd decides a request still undecided when the loop ends.
+func (l *loop) finishAtEnd(r *req) {
+	if r.typ == 'R' {
+		l.finish(r, oUnconfirmed, "")
+	} else {
+		l.finish(r, oCancelled, "shutdown")
+	}
+}
+
 func (c *Client) run() {
 	l := &c.lp
 	timer := time.NewTimer(time.Hour)
 	stop := c.stopCh
 	now := c.now()
-	for _, k := range l.conns {
+	for _, k := range l.seed.conns {
 		k.nextAttempt = now
 	}
 	for {
 		l.runTimers(now)
 		l.dispatch(now)
 		l.failTLSRefused()
-		for _, k := range l.conns {
-			k.flush(now)
+		for _, g := range l.groups {
+			for _, k := range g.conns {
+				k.flush(now)
+			}
 		}
 		if l.draining && (now >= l.drainDeadline || c.liveRel.Load() == 0) {
 			break
@@ -784,15 +865,31 @@ func (c *Client) run() {
 			}
 		}
 	}
-	// The end: every connection closed, every request decided.
-	for _, k := range l.conns {
-		k.retire()
+	// The end: every connection closed, every request decided (those
+	// waiting for the ring fetch or paused after a W too).
+	l.closing = true
+	for _, g := range l.groups {
+		for _, k := range g.conns {
+			k.retire()
+		}
 	}
-	for l.pendingRel.Len() > 0 {
-		l.finish(l.pendingRel.Front().Value.(*req), oUnconfirmed, "")
+	for l.ringWait.Len() > 0 {
+		l.finishAtEnd(l.ringWait.Front().Value.(*req))
 	}
-	for l.pending.Len() > 0 {
-		l.finish(l.pending.Front().Value.(*req), oCancelled, "shutdown")
+	for _, g := range l.groups {
+		for g.pendingRel.Len() > 0 {
+			l.finishAtEnd(g.pendingRel.Front().Value.(*req))
+		}
+		for g.pending.Len() > 0 {
+			l.finishAtEnd(g.pending.Front().Value.(*req))
+		}
+	}
+	for len(l.heap) > 0 {
+		if r := l.heap[0]; r.decided {
+			l.free(r)
+		} else {
+			l.finishAtEnd(r)
+		}
 	}
 	close(c.quit)
 	for {

@@ -32,8 +32,8 @@ const Slots = 16384
 
 // Slot is the slot of a key: FNV-1a 64 of its bytes modulo Slots, the
 // same number every Ticketing client computes. A deployment of several
-// groups maps each slot to one group (see Client.Ring and ErrWrongGroup);
-// routing by slot is not built yet.
+// groups maps each slot to one group, and the client sends each request
+// to the group its ring names for the key's slot.
 func Slot(key string) uint32 {
 	h := uint64(0xcbf29ce484222325) // FNV-1a 64 offset basis
 	for i := 0; i < len(key); i++ {

@@ -295,12 +295,16 @@ func TestRingPartOutOfOrderDropsTheConnection(t *testing.T) {
 	}
 }
 
-// W is definite for acquire, query and release: ErrWrongGroup with the
-// slot and ring version; a release answered W leaves the queue at once and
-// is written once only.
+// W is definite for acquire, query and release. With no ring to route by
+// (the group that answered has none either), each ends ErrWrongGroup at
+// once, with the W's slot and ring version, after one ring fetch; a
+// release answered W leaves the queue and is written once only.
 func TestWrongGroupFake(t *testing.T) {
 	f, secret := startFake(t, func(line string) []string {
 		w := strings.Fields(line)
+		if w[0] == "S" {
+			return []string{"S " + w[1] + " 0 -"}
+		}
 		return []string{fmt.Sprintf("W %s %d 4", w[1], Slot(w[2]))}
 	})
 	c := dial(t, []string{f.ln.Addr().String()}, secret, nil)
@@ -329,15 +333,21 @@ func TestWrongGroupFake(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // a release kept in the queue would go out again
 	lines, _, _ := f.seen()
-	releases := 0
+	releases, fetches := 0, 0
 	for _, l := range lines {
 		if strings.HasPrefix(l, "R ") {
 			releases++
 		}
+		if strings.HasPrefix(l, "S ") {
+			fetches++
+		}
 	}
-	if releases != 1 || c.Stats().RequestsWritten != 3 {
-		t.Fatalf("release written %d times, %d requests written: %q",
-			releases, c.Stats().RequestsWritten, lines)
+	if releases != 1 || fetches != 3 || c.Stats().RequestsWritten != 6 {
+		t.Fatalf("release written %d times, %d ring fetches, %d requests written: %q",
+			releases, fetches, c.Stats().RequestsWritten, lines)
+	}
+	if st := c.Stats(); st.RingVersion != 0 || st.Rerouted != 0 || st.Groups != 1 {
+		t.Fatalf("no ring: ring version %d, rerouted %d, groups %d", st.RingVersion, st.Rerouted, st.Groups)
 	}
 }
 

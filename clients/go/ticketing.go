@@ -6,11 +6,16 @@
 // resent), compensation of late grants, and one bounded release queue with
 // an absolute 5 s deadline per release.
 //
-// Groups (SPEC 15): Slot(key) is a key's slot. A group that does not serve
-// it answers Acquire, Release and Query with ErrWrongGroup (definite:
-// nothing was done; the Error carries Slot and RingVersion), and
-// Client.Ring reads the group's ring. The client does not route by the
-// ring yet.
+// Groups (SPEC 15): one Client serves a deployment of several groups. It
+// is given the addresses of one group (the seed) and sends everything
+// there until a group answers W; it then fetches that group's ring (the
+// newer one wins), and routes each Acquire, Release and Query by its key's
+// slot (Slot(key)) to the group the ring names, with a connection set per
+// group made on first use. A request answered W goes again, to the group
+// the ring now names, while its budget lasts; ErrWrongGroup (definite:
+// nothing was done; the Error carries Slot and RingVersion) only when the
+// budget ends or the ring names no group for the slot. Stats().RingVersion
+// and Stats().Rerouted report it; Client.Ring asks the seed group.
 //
 // A Client is safe for concurrent use by many goroutines. One goroutine owns
 // every connection, timer and outcome (the loop); each connection has a
@@ -45,10 +50,12 @@ var (
 	ErrNotHeld       = errors.New("not held")      // N: nothing held under (key, owner, token)
 	ErrUnconfirmed   = errors.New("unconfirmed")   // no R or N before the 5 s deadline
 	ErrQueueFull     = errors.New("queue full")    // the release queue is full; nothing enqueued
-	// ErrWrongGroup: W, the group does not serve the key's slot (SPEC 15).
-	// Definite: nothing was done (a release: nothing released, and not
-	// sent again). The Error's Slot and RingVersion say which slot and
-	// which ring the group judged by; the key may go to the owning group.
+	// ErrWrongGroup: W, the group does not serve the key's slot (SPEC 15),
+	// and the client could not reach the group that does within the
+	// request's budget (a move in progress), or its ring names no group
+	// for the slot. Definite: nothing was done (a release: nothing
+	// released). The Error's Slot and RingVersion are those of the last
+	// W: which slot, and which ring that group judged by.
 	ErrWrongGroup = errors.New("wrong group")
 	// ErrAuth is matched, in addition to ErrUnavailable, by an error whose
 	// cause is a refused handshake (a wrong secret, or a server that does
@@ -99,7 +106,11 @@ func (e *Error) Is(target error) bool { return target == ErrAuth && e.auth }
 type Config struct {
 	// Addrs: "host:port" each ("[v6addr]:port" for IPv6), at most 8; an
 	// element may also hold several, separated by commas. With exactly one
-	// address the client keeps two connections to it.
+	// address the client keeps two connections to it. They are the seed
+	// group's: the group of a ring whose addresses include one of them is
+	// the seed itself. The other groups of the ring get their own
+	// connections, from the ring's addresses, with the same secret, owner,
+	// TLS settings and knobs.
 	Addrs []string
 	// The client secret: a file (its bytes less one trailing "\n" or
 	// "\r\n") or the bytes themselves; 16-4096 bytes.
@@ -146,8 +157,8 @@ type QueryResult struct {
 	Waiters uint32
 }
 
-// RingResult is the ring of the group a client talks to (SPEC 15,
-// docs/protocol.md section 10).
+// RingResult is the ring of the seed group (SPEC 15, docs/protocol.md
+// section 10).
 type RingResult struct {
 	Version uint64 // 0: no ring yet
 	// Body is the ring's ranges "<first>-<last>=<group>@<addr>[,<addr>...]"
@@ -164,7 +175,8 @@ func (r RingResult) Ranges() []string {
 	return strings.Split(r.Body, ";")
 }
 
-// Stats are counters of the client.
+// Stats are counters of the client. Connections and ConnectionsReady
+// count every group's; LeaderHint is the seed group's.
 type Stats struct {
 	Connections, ConnectionsReady                       int
 	ConnectAttempts, Handshakes, AuthFailures, Moved    uint64
@@ -172,9 +184,16 @@ type Stats struct {
 	ReleasesQueued, Compensations, CompensationsDropped uint64
 	Indeterminate                                       uint64
 	LeaderHint                                          string
+	// RingVersion is the version of the ring the client routes by (0:
+	// none yet); Rerouted counts the requests sent again after a W;
+	// Groups is the number of groups with a connection set, the seed's
+	// included.
+	RingVersion, Rerouted uint64
+	Groups                int
 }
 
-// Client is a connection set to one Ticketing cluster.
+// Client is a client of one Ticketing deployment: the seed group's
+// connections, and those of every other group its ring routes to.
 type Client struct {
 	cfg     Config
 	owner   string
@@ -199,7 +218,8 @@ type Client struct {
 	liveReq, liveRel atomic.Int64
 	st               struct {
 		attempts, handshakes, authFail, moved, written, comp, compDropped, indet atomic.Uint64
-		conns                                                                    atomic.Int64
+		ringVer, rerouted                                                        atomic.Uint64
+		conns, groups                                                            atomic.Int64
 	}
 
 	lp loop // owned by the loop goroutine
@@ -368,7 +388,8 @@ func (c *Client) Stats() Stats {
 		RequestsWritten: c.st.written.Load(), RequestsInProgress: uint64(c.liveReq.Load()),
 		ReleasesQueued: uint64(c.liveRel.Load()), Compensations: c.st.comp.Load(),
 		CompensationsDropped: c.st.compDropped.Load(), Indeterminate: c.st.indet.Load(),
-		LeaderHint: hint}
+		LeaderHint: hint, RingVersion: c.st.ringVer.Load(), Rerouted: c.st.rerouted.Load(),
+		Groups: int(c.st.groups.Load())}
 }
 
 func ms(d time.Duration) (uint32, bool) {
@@ -386,7 +407,10 @@ func ms(d time.Duration) (uint32, bool) {
 // section; a grant that still arrives is released at once. ErrIndeterminate
 // with Reason "lease": the grant came, but only after the lease counted from
 // the first write had run out; it was released at once, do not enter.
-// ErrWrongGroup: the group does not serve the key's slot; not acquired.
+// ErrWrongGroup: no group served the key's slot within the budget
+// (max(wait, SendBudgetMin), resends after W included, each waiting what
+// is left of wait); not acquired. A grant from a resend counts its lease
+// from that resend's first write.
 func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration) (Grant, error) {
 	l, okl := ms(lease)
 	w, okw := ms(wait)
@@ -407,9 +431,9 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 
 // Release releases g through the release queue: nil (R), ErrNotHeld (N),
 // ErrUnconfirmed (no answer by the absolute 5 s deadline; never assume
-// success), ErrQueueFull (at once), ErrWrongGroup (the group does not serve
-// the key's slot: nothing released; the release leaves the queue and is not
-// sent again). If ctx ends first, the release goes on in the background and
+// success), ErrQueueFull (at once), ErrWrongGroup (no group served the
+// key's slot before the 5 s deadline, resends after W included: nothing
+// released). If ctx ends first, the release goes on in the background and
 // the call returns ErrUnconfirmed.
 func (c *Client) Release(ctx context.Context, g Grant) error {
 	_, err := c.ReleaseToken(ctx, g.Key, g.Token)
@@ -433,8 +457,9 @@ func (c *Client) ReleaseToken(ctx context.Context, key string, token uint64) (re
 	return res.resent, c.errOf("release", key, res)
 }
 
-// Query reads the committed holder of key (linearizable). ErrWrongGroup:
-// the group does not serve the key's slot.
+// Query reads the committed holder of key (linearizable), from the group
+// that serves its slot. ErrWrongGroup: no group served it within
+// RequestTimeout, resends after W included.
 func (c *Client) Query(ctx context.Context, key string) (QueryResult, error) {
 	if !keyOK(key) {
 		return QueryResult{}, &Error{Op: "query", Key: key, Outcome: ErrInvalid, Reason: "key"}
@@ -446,7 +471,7 @@ func (c *Client) Query(ctx context.Context, key string) (QueryResult, error) {
 	return QueryResult{Held: res.held, Owner: res.owner, Token: res.token, Waiters: res.waiters}, nil
 }
 
-// Ping makes one round trip and returns its time.
+// Ping makes one round trip to the seed group and returns its time.
 func (c *Client) Ping(ctx context.Context) (time.Duration, error) {
 	res := c.do(ctx, &req{typ: 'P'})
 	if res.outcome != oAnswered {
@@ -455,7 +480,7 @@ func (c *Client) Ping(ctx context.Context) (time.Duration, error) {
 	return res.rtt, nil
 }
 
-// Ring asks the group for its ring ("S"): the ring its leader has applied
+// Ring asks the seed group for its ring ("S"): the ring its leader has applied
 // (Version 0 and Body "-" when it has none), or ErrUnavailable (no answer
 // within RequestTimeout) or ErrCancelled, as Ping. Not a linearizable read:
 // a ring is only ever replaced by a newer one, and an ErrWrongGroup carries

@@ -2,7 +2,8 @@
 // makes one Client from its flags, then reads one JSON command per line on
 // stdin and writes one JSON reply per line on stdout (docs/client.md,
 // "Go"). The protocol is the same for every official client; a
-// WRONG_GROUP reply also carries slot and ring_version.
+// WRONG_GROUP reply also carries slot and ring_version, and stats the
+// client's ring_version and rerouted.
 package main
 
 import (
@@ -162,7 +163,8 @@ func handle(c *ticketing.Client, line string) (map[string]interface{}, bool) {
 	case "stats":
 		s := c.Stats()
 		return map[string]interface{}{"outcome": "OK", "compensations": s.Compensations,
-			"indeterminate": s.Indeterminate, "moved": s.Moved, "releases_queued": s.ReleasesQueued}, false
+			"indeterminate": s.Indeterminate, "moved": s.Moved, "releases_queued": s.ReleasesQueued,
+			"ring_version": s.RingVersion, "rerouted": s.Rerouted}, false
 	case "close":
 		return map[string]interface{}{"outcome": "OK"}, true
 	}
