@@ -11,10 +11,10 @@
  * other than W go straight to the caller from the group's I/O thread. A W
  * goes to the routing thread, which fetches the ring from the group that
  * answered if the W names a newer version than ours (one fetch at a time,
- * only a newer ring is taken) and sends the hop again: at once to another group, after a pause (20 ms doubling to
- * 200 ms) to the same one, while the request's budget lasts. A resent
- * request keeps the time of its call, so the group's client counts its
- * budget (and the wait it writes) from there.
+ * only a newer ring is taken) and sends the hop again: at once to another group, after a pause (20
+ * ms doubling to 200 ms) to the same one, while the request's budget lasts. A resent request keeps
+ * the time of its call, so the group's client counts its budget (and the wait it writes) from
+ * there.
  *
  * Locks: rt->mu guards the ring, the groups, the hops and the queue; it
  * is taken before a group client's own mu (a submit under rt->mu), never
@@ -22,6 +22,7 @@
  */
 #include "client/internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 #define RT_PAUSE_MIN_MS 20u
 #define RT_PAUSE_MAX_MS 200u
 #define RT_ADDRS_TEXT_MAX (TK_SLOTS_ADDRS_MAX * (TK_SLOTS_ADDR_MAX + 1))
+#define RT_SPARE_MAX 1024u /* freed hops kept for reuse */
 
 struct rt_group {
     char name[TK_SLOTS_NAME_MAX + 1];
@@ -39,25 +41,26 @@ struct rt_group {
 
 struct hop {
     struct hop *prev, *next; /* the live list */
-    struct hop *qnext;       /* the routing thread's queue */
+    struct hop *qnext;       /* the routing thread's queue, or the spares */
     struct cl_route *rt;
     uint64_t id; /* the caller's handle (acquires) */
     char type;   /* 'A' 'R' 'Q' */
     uint16_t key_len;
-    char key[TK_KEY_LEN_MAX + 1];
     uint32_t slot;
     uint32_t lease_ms, wait_ms;
     uint64_t token;
-    uint64_t call_us, end_us;  /* the call, and the end of its budget */
-    uint64_t due_us;           /* queued: when it may go again */
-    uint32_t pause_ms;         /* the next pause before the same group */
-    struct tk_client *at;      /* the group client it went to last */
-    uint64_t at_handle;        /* its handle there (acquires) */
-    bool queued;               /* on the routing thread's queue */
-    bool cancel;               /* tk_client_cancel() reached it */
-    struct tk_client_result w; /* the last W answer, for the final outcome */
+    uint64_t call_us, end_us; /* the call, and the end of its budget */
+    uint64_t due_us;          /* queued: when it may go again */
+    uint32_t pause_ms;        /* the next pause before the same group */
+    struct tk_client *at;     /* the group client it went to last */
+    uint64_t at_handle;       /* its handle there (acquires) */
+    bool queued;              /* on the routing thread's queue */
+    bool cancel;              /* tk_client_cancel() reached it */
     void (*done)(void *arg, const struct tk_client_result *result);
     void *arg;
+    /* Not zeroed for a new hop: written before they are read. */
+    struct tk_client_result w; /* the last W answer (outcome 0: none yet) */
+    char key[TK_KEY_LEN_MAX + 1];
 };
 
 struct cl_route {
@@ -81,6 +84,8 @@ struct cl_route {
     bool fetch;        /* a W came since the last fetch began */
     struct tk_client *fetch_from;
     uint64_t next_id;
+    struct hop *spare; /* freed hops, on qnext */
+    uint32_t nspare;
     /* the routing thread's own */
     char *body; /* TK_CLIENT_RING_TEXT_MAX + 1, made at the first fetch */
     struct tk_slot_ring *parsed;
@@ -227,12 +232,29 @@ static int hop_send(struct hop *h, struct tk_client *g)
 static void hop_finish(struct hop *h, const struct tk_client_result *res)
 {
     struct cl_route *rt = h->rt;
+    void (*done)(void *, const struct tk_client_result *) = h->done;
+    void *arg = h->arg;
+    /* An end of the hop's own (res->key NULL) names the hop's key, so
+     * the hop lives through the callback; an answer names the group
+     * client's copy of the key, and the hop is given back first. Either
+     * way its handle is spent before the callback runs. */
+    struct tk_client_result own;
+    if (res->key == NULL) {
+        own = *res;
+        own.key = h->key;
+        res = &own;
+    }
     pthread_mutex_lock(&rt->mu);
     live_remove(rt, h);
+    bool keep = res == &own;
+    if (!keep && rt->nspare < RT_SPARE_MAX) { /* kept for the next request: no malloc */
+        h->qnext = rt->spare;
+        rt->spare = h;
+        rt->nspare++;
+        h = NULL;
+    }
     pthread_mutex_unlock(&rt->mu);
-    struct tk_client_result out = *res;
-    out.key = h->key;
-    h->done(h->arg, &out);
+    done(arg, res);
     free(h);
 }
 
@@ -242,7 +264,8 @@ static void hop_finish(struct hop *h, const struct tk_client_result *res)
 static void hop_finish_w(struct hop *h, bool cancelled)
 {
     struct tk_client_result res = h->w;
-    if (res.outcome != TK_CLIENT_WRONG_GROUP) {
+    if (res.outcome != TK_CLIENT_WRONG_GROUP) { /* it never reached a group */
+        memset(&res, 0, sizeof res);
         res.outcome = TK_CLIENT_WRONG_GROUP;
         res.slot = h->slot;
         res.ring_version = atomic_load(&h->rt->st_version);
@@ -297,34 +320,43 @@ int cl_route_submit(struct tk_client *seed,
         return rc;
     if (a->done == NULL)
         return TK_CLIENT_EINVAL;
-    struct hop *h = calloc(1, sizeof *h);
-    if (h == NULL)
-        return TK_CLIENT_ENOMEM;
-    h->rt = rt;
-    h->type = a->type;
-    h->key_len = (uint16_t)key_len;
-    memcpy(h->key, a->key, key_len);
-    h->key[key_len] = '\0';
-    h->slot = tk_slot(h->key, key_len);
-    h->lease_ms = a->lease_ms;
-    h->wait_ms = a->wait_ms;
-    h->token = a->token;
-    h->call_us = cl_now_us();
+    uint32_t slot = tk_slot(a->key, key_len);
+    uint64_t now = cl_now_us();
     uint64_t budget_ms = a->type == 'A'   ? TK_MAX(a->wait_ms, seed->cfg.send_budget_min_ms)
                          : a->type == 'R' ? TK_CLIENT_RELEASE_DEADLINE_MS
                                           : seed->cfg.request_timeout_ms;
-    h->end_us = h->call_us + budget_ms * 1000u;
-    h->pause_ms = RT_PAUSE_MIN_MS;
-    h->done = a->done;
-    h->arg = a->arg;
+    /* One lock section: a spare hop (or a new one), the group, the send. */
     pthread_mutex_lock(&rt->mu);
+    struct hop *h = NULL;
     if (rt->stopping) {
         rc = TK_CLIENT_ESHUTDOWN;
     } else if (rt->nlive >= rt->live_max) {
         rc = a->type == 'R' ? TK_CLIENT_EFULL : TK_CLIENT_ENOMEM;
-    } else {
+    } else if ((h = rt->spare) != NULL) {
+        rt->spare = h->qnext;
+        rt->nspare--;
+    } else if ((h = malloc(sizeof *h)) == NULL) {
+        rc = TK_CLIENT_ENOMEM;
+    }
+    if (h != NULL) {
+        memset(h, 0, offsetof(struct hop, w));
+        h->w.outcome = 0;
+        h->rt = rt;
+        h->type = a->type;
+        h->key_len = (uint16_t)key_len;
+        memcpy(h->key, a->key, key_len);
+        h->key[key_len] = '\0';
+        h->slot = slot;
+        h->lease_ms = a->lease_ms;
+        h->wait_ms = a->wait_ms;
+        h->token = a->token;
+        h->call_us = now;
+        h->end_us = now + budget_ms * 1000u;
+        h->pause_ms = RT_PAUSE_MIN_MS;
+        h->done = a->done;
+        h->arg = a->arg;
         int gi;
-        struct tk_client *g = pick(rt, h->slot, &gi);
+        struct tk_client *g = pick(rt, slot, &gi);
         /* No group for the slot: the seed answers W, and that outcome
          * stands (the routing thread finds no group either). */
         if (g == NULL && gi == -2)
@@ -342,11 +374,13 @@ int cl_route_submit(struct tk_client *seed,
                 queue_push(rt, h, 0); /* the routing thread makes the group's client */
             if (handle != NULL)
                 *handle = h->id;
+        } else {
+            h->qnext = rt->spare; /* back to the spares (the bound allows it) */
+            rt->spare = h;
+            rt->nspare++;
         }
     }
     pthread_mutex_unlock(&rt->mu);
-    if (rc != 0)
-        free(h);
     return rc;
 }
 
@@ -573,6 +607,11 @@ void cl_route_free(struct tk_client *seed)
     TK_ASSERT(rt->live == NULL); /* every hop was answered before the seed stopped */
     pthread_mutex_destroy(&rt->mu);
     pthread_cond_destroy(&rt->cv);
+    while (rt->spare != NULL) {
+        struct hop *h = rt->spare;
+        rt->spare = h->qnext;
+        free(h);
+    }
     free(rt->ring);
     free(rt->parsed);
     free(rt->body);
