@@ -61,6 +61,14 @@ final class Addr {
         return InetAddress.getByName(host);
     }
 
+    /**
+     * The same endpoint: the same port and the same host, its letters in
+     * either case (a ring's address and a configured one are compared so).
+     */
+    boolean sameAs(Addr o) {
+        return port == o.port && host.equalsIgnoreCase(o.host);
+    }
+
     /** An IPv4 or IPv6 address literal (no brackets). */
     static boolean isIpLiteral(String h) {
         return isV4Literal(h) || isV6Literal(h);

@@ -41,6 +41,8 @@ final class Conn {
     private static final ByteBuffer EMPTY = ByteBuffer.allocate(0);
 
     private final Engine core;
+    /** The group whose connection set it belongs to. */
+    final Group group;
     final boolean extra;
     int index;
     int state = IDLE;
@@ -75,8 +77,9 @@ final class Conn {
     final Map<Long, Req> slots = new HashMap<>();
     private long nextId = 1;
 
-    Conn(Engine core, Addr addr, boolean extra) {
+    Conn(Engine core, Group group, Addr addr, boolean extra) {
         this.core = core;
+        this.group = group;
         this.addr = addr;
         this.extra = extra;
         this.backoffNanos = core.cfg.backoffMinNanos;
@@ -153,7 +156,7 @@ final class Conn {
         }
         teardown();
         tlsRefused = refusedInTls;
-        if (extra && core.leader != this) {
+        if (extra && group.leader != this) {
             state = RETIRED; // the leader moved on from this address
             return;
         }
@@ -329,9 +332,8 @@ final class Conn {
         byte[] line;
         switch (r.type) {
             case 'A': {
-                // The wait left of the caller's budget.
-                long spentMs = now - r.submitNanos > 0 ? (now - r.submitNanos) / Engine.MS : 0;
-                r.waitSentMs = spentMs >= r.waitMs ? 0 : r.waitMs - spentMs;
+                // The wait left of the caller's budget (a resend after W too).
+                r.waitSentMs = Resend.waitLeftMs(r.waitMs, r.submitNanos, now);
                 line = Proto.acquireLine(id, r.key, owner, r.leaseMs, r.waitSentMs);
                 break;
             }
@@ -626,7 +628,7 @@ final class Conn {
         if (rsp == null) {
             fail("protocol: malformed line", now);
         } else if (rsp.type == 'M') {
-            core.onMoved(rsp.text, now);
+            group.onMoved(rsp.text, now);
             down("not the leader (M)", false, false, false, now);
         } else if (!rsp.hasId) {
             fail("server closed: E - " + clip(rsp.text), now);
@@ -635,7 +637,8 @@ final class Conn {
                 state = READY;
                 backoffNanos = core.cfg.backoffMinNanos; // a good handshake resets it
                 core.readyChange(1);
-                core.log(2, "connected to " + addr + (extra ? " (hinted leader)" : " (configured)"));
+                core.log(2, "connected to " + addr + (extra ? " (hinted leader)" : group.seed ? " (configured)"
+                        : " (" + group.label() + ")"));
             } else {
                 fail("unexpected answer to the probe", now);
             }

@@ -48,6 +48,11 @@ import java.util.concurrent.locks.ReentrantLock;
  * TLS: the plaintext the TLS engine consumed). Only a request none of whose
  * bytes was written may go to another connection; a written acquire is
  * never resent.
+ *
+ * <p>Each request goes to a {@link Group}'s queues: the one its key's
+ * slot belongs to, which the {@link Router} decides (the configured
+ * addresses until a ring is known). A request answered {@code W} goes back
+ * to the router, which sends it again or ends it {@code WRONG_GROUP}.
  */
 final class Engine {
     static final long MS = 1_000_000L;
@@ -88,12 +93,9 @@ final class Engine {
     private volatile int connectionCount;
 
     // ---- the I/O thread's own ----
-    final List<Conn> conns = new ArrayList<>();
-    private final int nconfigured;
-    private int rr;
-    Conn leader;
-    private final ArrayDeque<Req> pendingRel = new ArrayDeque<>();
-    private final ArrayDeque<Req> pending = new ArrayDeque<>();
+    private final Router router;
+    /** The router's list of groups, the seed first. */
+    private final List<Group> groups;
     private final PriorityQueue<HeapEntry> heap = new PriorityQueue<>();
     private long hseq;
     private boolean draining;
@@ -114,17 +116,9 @@ final class Engine {
         this.cfg = cfg;
         this.sel = Selector.open();
         this.rng = new Random(new SecureRandom().nextLong());
-        for (Addr a : cfg.addrs) {
-            conns.add(new Conn(this, a, false));
-        }
-        if (cfg.addrs.size() == 1) {
-            conns.add(new Conn(this, cfg.addrs.get(0), false));
-        }
-        for (int i = 0; i < conns.size(); i++) {
-            conns.get(i).index = i;
-        }
-        nconfigured = conns.size();
-        connectionCount = conns.size();
+        router = new Router(this, cfg.addrs);
+        groups = router.groups;
+        connectionCount = router.seed.conns.size();
         thread = new Thread(this::main, "ticketing-io");
         thread.setDaemon(true);
     }
@@ -279,7 +273,8 @@ final class Engine {
         try {
             return new Stats(connectionCount, readyCount, connectAttempts.get(), handshakes.get(),
                     authFailures.get(), moved.get(), requestsWritten.get(), liveRequests, liveReleases,
-                    compensations.get(), compensationsDropped.get(), indeterminate.get(), leaderHint);
+                    compensations.get(), compensationsDropped.get(), indeterminate.get(), leaderHint,
+                    router.ringVersion(), router.rerouted.get());
         } finally {
             mu.unlock();
         }
@@ -382,6 +377,10 @@ final class Engine {
             throw new IllegalStateException("ticketing: a request decided twice");
         }
         r.decided = true;
+        if (r.fetch) {
+            router.ringFetched(r, res);
+            return;
+        }
         if (r.type == 'R') {
             res.token = r.token;
             res.resent = r.resent;
@@ -398,8 +397,11 @@ final class Engine {
         r.future.complete(res);
     }
 
-    /** r is done with: give back its place in the client's bounds. */
+    /** r is done with: give back its place in the client's bounds (a ring fetch has none). */
     void free(Req r) {
+        if (r.fetch) {
+            return;
+        }
         mu.lock();
         try {
             if (r.type == 'R') {
@@ -413,19 +415,32 @@ final class Engine {
     }
 
     void finish(Req r, Outcome o, String reason) {
+        finish(r, new Result(o, reason));
+    }
+
+    void finish(Req r, Result res) {
         if (r.pending) {
-            (r.type == 'R' ? pendingRel : pending).remove(r);
+            (r.type == 'R' ? r.group.pendingRel : r.group.pending).remove(r);
             r.pending = false;
         }
+        router.unpark(r);
         heapRemove(r);
         // Its place in the bounds goes back before the caller wakes, so that
         // stats() read right after the outcome already leaves it out.
         free(r);
-        decide(r, new Result(o, reason));
+        decide(r, res);
+    }
+
+    /** WRONG_GROUP with the slot and ring version of r's last W. */
+    static Result wrongResult(Req r) {
+        Result res = new Result(Outcome.WRONG_GROUP);
+        res.slot = r.wrongSlot;
+        res.ringVersion = r.wrongVersion;
+        return res;
     }
 
     void repend(Req r, boolean front) {
-        ArrayDeque<Req> q = r.type == 'R' ? pendingRel : pending;
+        ArrayDeque<Req> q = r.type == 'R' ? r.group.pendingRel : r.group.pending;
         if (front) {
             q.addFirst(r);
         } else {
@@ -440,15 +455,13 @@ final class Engine {
             decide(r, new Result(Outcome.CANCELLED, "shutdown"));
             return;
         }
-        long budget;
-        if (r.type == 'A') {
-            budget = Math.max(r.waitMs, cfg.sendBudgetMinMs) * MS;
-        } else if (r.type == 'R') {
-            budget = Proto.RELEASE_DEADLINE_MS * MS;
-        } else {
-            budget = cfg.requestTimeoutNanos;
+        if (r.type == 'A' || r.type == 'R' || r.type == 'Q') {
+            r.slot = Slots.slot(r.key);
         }
-        heapSet(r, r.submitNanos + budget);
+        r.budgetEnd = r.submitNanos + Resend.budgetNanos(r.type, r.waitMs, cfg.sendBudgetMinMs,
+                cfg.requestTimeoutNanos);
+        heapSet(r, r.budgetEnd);
+        r.group = router.route(r);
         repend(r, false);
     }
 
@@ -502,6 +515,7 @@ final class Engine {
 
     void onSent(Req r, long at) {
         r.wire = Req.WIRE_SENT;
+        r.wrong = false;
         if (r.everSent && r.type == 'R') {
             r.resent = true;
         }
@@ -551,12 +565,8 @@ final class Engine {
                 r.ringBody = null;
                 break;
             case 'W':
-                // Definite: the group changed nothing. A release is done with
-                // too (nothing is held here to release), not retried.
-                res = new Result(Outcome.WRONG_GROUP);
-                res.slot = rsp.slot;
-                res.ringVersion = rsp.version;
-                break;
+                router.onWrong(r, rsp, now);
+                return;
             case 'E':
                 res = new Result(Outcome.INVALID, rsp.text.length() > 15 ? rsp.text.substring(0, 15) : rsp.text);
                 break;
@@ -587,8 +597,12 @@ final class Engine {
             free(r);
         } else if (!sent || r.type != 'A') {
             // Not one byte written: the same request may go elsewhere. A
-            // written release or read is safe to repeat.
+            // written release or read is safe to repeat. By the ring it
+            // goes where it belongs now (a ring fetch, to its own group).
             r.neutered = false;
+            if (!router.stopped) {
+                r.group = router.route(r);
+            }
             repend(r, true);
         } else {
             // Written, no answer: nobody knows whether it was granted. Never
@@ -597,28 +611,41 @@ final class Engine {
         }
     }
 
+    /** What r comes to when its deadline passes with no answer. */
+    private static Result atDeadline(Req r) {
+        if (r.wrong) { // answered W, and not written anywhere since
+            return wrongResult(r);
+        }
+        if (r.type == 'R') {
+            return new Result(Outcome.UNCONFIRMED);
+        }
+        if (r.type == 'A' && r.wire == Req.WIRE_SENT) {
+            return new Result(Outcome.INDETERMINATE);
+        }
+        return new Result(Outcome.UNAVAILABLE);
+    }
+
     private void expire(Req r, long now) {
         if (r.decided) { // the linger of a zombie ended: forget its id
             r.conn.dropSlot(r);
             free(r);
             return;
         }
-        Outcome o;
-        if (r.type == 'R') {
-            o = Outcome.UNCONFIRMED;
-        } else if (r.type == 'A' && r.wire == Req.WIRE_SENT) {
-            o = Outcome.INDETERMINATE;
-        } else {
-            o = Outcome.UNAVAILABLE;
+        if (r.park == Req.PARK_PAUSE) { // the pause after a W ended: send it again
+            router.unpark(r);
+            heapSet(r, r.budgetEnd);
+            router.afterPause(r);
+            return;
         }
+        Result res = atDeadline(r);
         if (r.wire == Req.WIRE_NONE) {
-            finish(r, o, "");
+            finish(r, res);
             return;
         }
         if (r.wire == Req.WIRE_QUEUED) {
             r.conn.neuter(r);
         }
-        decide(r, new Result(o));
+        decide(r, res);
         zombie(r, now);
     }
 
@@ -631,7 +658,7 @@ final class Engine {
             return;
         }
         if (r.wire == Req.WIRE_NONE) {
-            if (r.pending) {
+            if (r.pending || r.park != Req.PARK_NONE) {
                 finish(r, Outcome.CANCELLED, "");
             }
             return;
@@ -648,132 +675,83 @@ final class Engine {
 
     // ---- M hints -------------------------------------------------------------------------
 
-    void onMoved(String addr, long now) {
+    /** An M line of any group: counted, and kept as the stats' leader hint. */
+    void noteMoved(String addr) {
         moved.incrementAndGet();
-        boolean same;
         mu.lock();
         try {
-            String a = addr == null ? "" : addr;
-            same = a.equals(leaderHint);
-            leaderHint = a;
+            leaderHint = addr == null ? "" : addr;
         } finally {
             mu.unlock();
         }
-        if (addr == null) {
-            leader = null; // "M -": no leader known now
-            return;
+    }
+
+    /** The connections of every group, counted again after one was made or dropped. */
+    void recount() {
+        int n = 0;
+        for (Group g : groups) {
+            n += g.conns.size();
         }
-        if (!same) {
-            log(2, "leader hint: " + addr);
-        }
-        for (Conn k : conns) {
-            if (k.addr.text.equals(addr)) {
-                leader = k;
-                if (k.state == Conn.RETIRED) {
-                    k.state = Conn.IDLE;
-                    k.backoffNanos = cfg.backoffMinNanos;
-                    k.nextAttempt = Long.MAX_VALUE;
-                }
-                // Soon, but not sooner than the shortest backoff: two nodes
-                // naming each other during an election make no tight loop.
-                if (k.state == Conn.IDLE) {
-                    k.nextAttempt = Math.min(k.nextAttempt, now + cfg.backoffMinNanos);
-                }
-                return;
-            }
-        }
-        // A member we were not configured with: connect to it too.
-        Addr a = Addr.parseOrNull(addr);
-        if (a == null) {
-            log(1, "cannot connect to hinted leader " + addr + " (bad address)");
-            return;
-        }
-        if (conns.size() < nconfigured + EXTRA_MAX) {
-            Conn k = new Conn(this, a, true);
-            k.index = conns.size();
-            k.nextAttempt = now;
-            conns.add(k);
-            connectionCount = conns.size();
-            leader = k;
-            return;
-        }
-        Conn slot = null;
-        for (int i = nconfigured; i < conns.size() && slot == null; i++) {
-            if (conns.get(i).state == Conn.RETIRED) {
-                slot = conns.get(i);
-            }
-        }
-        for (int i = nconfigured; i < conns.size() && slot == null; i++) {
-            if (conns.get(i).state != Conn.READY) {
-                slot = conns.get(i);
-            }
-        }
-        if (slot == null) {
-            log(1, "no room for a connection to hinted leader " + addr);
-            return;
-        }
-        slot.retire();
-        slot.addr = a;
-        slot.state = Conn.IDLE;
-        slot.backoffNanos = cfg.backoffMinNanos;
-        slot.nextAttempt = now;
-        leader = slot;
+        connectionCount = n;
     }
 
     // ---- the loop ---------------------------------------------------------------------------
 
-    private Conn pickConn() {
-        if (leader != null && leader.hasRoom()) {
-            return leader;
+    /** Every connection of every group, in a list of its own (callbacks may add groups). */
+    private List<Conn> allConns() {
+        List<Conn> all = new ArrayList<>();
+        for (Group g : groups) {
+            all.addAll(g.conns);
         }
-        int n = conns.size();
-        for (int j = 0; j < n; j++) {
-            int i = (rr + j) % n;
-            if (conns.get(i).hasRoom()) {
-                rr = (i + 1) % n;
-                return conns.get(i);
-            }
-        }
-        return null;
+        return all;
     }
 
     private void dispatch(long now) {
-        for (ArrayDeque<Req> q : List.of(pendingRel, pending)) {
-            while (!q.isEmpty()) {
-                Conn k = pickConn();
-                if (k == null) {
-                    return;
+        for (Group g : groups) { // queue() calls nothing back: the list stays as it is
+            for (ArrayDeque<Req> q : List.of(g.pendingRel, g.pending)) {
+                while (!q.isEmpty()) {
+                    Conn k = g.pickConn();
+                    if (k == null) {
+                        break;
+                    }
+                    Req r = q.pollFirst();
+                    r.pending = false;
+                    k.queue(r, now);
                 }
-                Req r = q.pollFirst();
-                r.pending = false;
-                k.queue(r, now);
             }
         }
     }
 
-    private boolean tlsRefusedAll() {
-        boolean any = false;
-        for (Conn k : conns) {
-            if (k.state == Conn.RETIRED) {
-                continue;
+    /** Requests of a group every one of whose connections was refused in TLS: UNAVAILABLE "tls". */
+    private void failTlsRefused() {
+        for (Group g : new ArrayList<>(groups)) {
+            if (!g.pending.isEmpty() && g.tlsRefusedAll()) {
+                while (!g.pending.isEmpty()) {
+                    finish(g.pending.peekFirst(), Outcome.UNAVAILABLE, "tls");
+                }
             }
-            if (!k.tlsRefused) {
-                return false;
-            }
-            any = true;
         }
-        return any;
     }
 
     private void drainBegin(long now) {
         draining = true;
         drainDeadline = now + Proto.RELEASE_DEADLINE_MS * MS;
-        while (!pending.isEmpty()) {
-            finish(pending.peekFirst(), Outcome.CANCELLED, "shutdown");
+        // The ring fetch goes on: releases answered W may still need it.
+        for (Req r : new ArrayList<>(router.parked)) {
+            if (r.type != 'R') {
+                finish(r, Outcome.CANCELLED, "shutdown");
+            }
         }
-        for (Conn k : conns) {
+        for (Group g : new ArrayList<>(groups)) {
+            for (Req r : new ArrayList<>(g.pending)) {
+                if (!r.fetch) {
+                    finish(r, Outcome.CANCELLED, "shutdown");
+                }
+            }
+        }
+        for (Conn k : allConns()) {
             for (Req r : new ArrayList<>(k.slots.values())) {
-                if (!r.decided && r.type != 'R') {
+                if (!r.decided && r.type != 'R' && !r.fetch) {
                     if (r.wire == Req.WIRE_QUEUED) {
                         k.neuter(r);
                     }
@@ -817,7 +795,7 @@ final class Engine {
     }
 
     private void runTimers(long now) {
-        for (Conn k : new ArrayList<>(conns)) {
+        for (Conn k : allConns()) {
             long t = k.nextTimer();
             if (t != Long.MAX_VALUE && t - now <= 0) {
                 k.timer(now);
@@ -840,8 +818,10 @@ final class Engine {
         if (r != null) {
             next = r.deadline;
         }
-        for (Conn k : conns) {
-            next = Math.min(next, k.nextTimer());
+        for (Group g : groups) {
+            for (Conn k : g.conns) {
+                next = Math.min(next, k.nextTimer());
+            }
         }
         if (draining) {
             next = Math.min(next, drainDeadline);
@@ -867,22 +847,17 @@ final class Engine {
 
     private void main() {
         long now = now();
-        for (Conn k : conns) {
-            k.nextAttempt = now;
-        }
+        router.seed.start(now);
         drainInbox(now);
         try {
             while (true) {
                 runTimers(now);
                 dispatch(now);
-                if (!pending.isEmpty() && tlsRefusedAll()) {
-                    while (!pending.isEmpty()) {
-                        finish(pending.peekFirst(), Outcome.UNAVAILABLE, "tls");
-                    }
-                }
-                for (Conn k : new ArrayList<>(conns)) {
+                failTlsRefused();
+                for (Conn k : allConns()) {
                     k.flush(now);
                 }
+                router.sweepOrphans();
                 if (draining && drainDone(now)) {
                     break;
                 }
@@ -917,14 +892,22 @@ final class Engine {
     }
 
     private void finalSweep() {
-        for (Conn k : conns) {
+        router.stopped = true; // nothing is routed again: what is left ends here
+        for (Conn k : allConns()) {
             k.retire();
         }
-        while (!pendingRel.isEmpty()) {
-            finish(pendingRel.peekFirst(), Outcome.UNCONFIRMED, "");
+        for (Group g : groups) {
+            while (!g.pendingRel.isEmpty()) {
+                Req r = g.pendingRel.peekFirst();
+                finish(r, r.wrong ? wrongResult(r) : new Result(Outcome.UNCONFIRMED));
+            }
+            while (!g.pending.isEmpty()) {
+                finish(g.pending.peekFirst(), Outcome.CANCELLED, "shutdown");
+            }
         }
-        while (!pending.isEmpty()) {
-            finish(pending.peekFirst(), Outcome.CANCELLED, "shutdown");
+        for (Req r : new ArrayList<>(router.parked)) {
+            finish(r, r.type != 'R' ? new Result(Outcome.CANCELLED, "shutdown")
+                    : r.wrong ? wrongResult(r) : new Result(Outcome.UNCONFIRMED));
         }
         List<Req> late;
         mu.lock();

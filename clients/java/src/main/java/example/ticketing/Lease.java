@@ -89,8 +89,8 @@ public final class Lease implements AutoCloseable {
      *     the lease had run out, so another holder may have entered
      * @throws UnconfirmedException no answer within 5 s: never assume success
      * @throws QueueFullException the release queue was full (the lease will free the key)
-     * @throws WrongGroupException the node's group does not serve the key's
-     *     slot (it moved): nothing was released there, not retried
+     * @throws WrongGroupException no group served the key's slot within the
+     *     release's 5 s: nothing was released where it was answered so
      * @throws InvalidRequestException reason {@code thread}: called on the
      *     client's I/O thread (in a stage of one of its futures), where it
      *     cannot block; the lease stays held, use {@link #releaseAsync()} there

@@ -37,9 +37,11 @@ public enum Outcome {
     /** Query, ping or ring answered. */
     ANSWERED,
     /**
-     * Acquire, release or query, {@code W}: the group of the node asked does
-     * not serve the key's slot. Definite: nothing was done (not acquired,
-     * nothing released), so the request may go to the owning group.
+     * Acquire, release or query, {@code W}: no group served the key's slot
+     * within the request's budget, though the client fetched the ring and
+     * sent the request again to the group it names (the ring names no group
+     * for the slot, or a move of it did not end in time). Definite: nothing
+     * was done where it was answered so (not acquired, nothing released).
      */
     WRONG_GROUP
 }

@@ -42,6 +42,31 @@ final class Req {
     long ringVersion;
     StringBuilder ringBody;
 
+    // ---- routing by group (docs/client.md, "Groups and the ring") ----
+    static final int PARK_NONE = 0;
+    /** Answered W, waiting for the ring fetch in progress. */
+    static final int PARK_RING = 1;
+    /** Answered W by the group the ring names, waiting out its pause. */
+    static final int PARK_PAUSE = 2;
+
+    /** A, R, Q: the key's slot. */
+    int slot;
+    /** The group it is routed to (the one whose queue or connection holds it). */
+    Group group;
+    /** submit + its budget: the end of its resends after W. */
+    long budgetEnd;
+    /** Its last answer was W and it was not written since. */
+    boolean wrong;
+    int wrongSlot;
+    long wrongVersion;
+    /** The group that answered the last W. */
+    Group wrongGroup;
+    /** The last pause before a resend to the same group (0: none). */
+    long pauseNanos;
+    int park = PARK_NONE;
+    /** The client's own S, fetching the ring after a W: no caller waits on it. */
+    boolean fetch;
+
     Req(char type, String key, long leaseMs, long waitMs, long token) {
         this.type = type;
         this.key = key;

@@ -27,6 +27,28 @@ import javax.net.ssl.SSLContext;
  * written it is never resent), compensation of late grants, and one
  * bounded release queue with an absolute 5 s deadline per release.
  *
+ * <p><b>Groups.</b> A deployment of several groups (clusters) needs one
+ * client all the same: it routes each request by its key's slot
+ * ({@link Slots#slot}), as docs/client.md ("Groups and the ring") says.
+ * The configured addresses are one group, the seed; until the client knows
+ * a ring, everything goes there, exactly as with a single cluster. A
+ * {@code W} answer makes it fetch the ring from the group that answered
+ * (one fetch at a time, and a newer ring only); then each request goes to
+ * the group the ring names for its key, each group with its own
+ * connections, made on first use from the ring's addresses with this
+ * client's secret, owner, TLS files and settings (the group that includes
+ * a configured address is the seed itself). A request answered {@code W}
+ * changed nothing, so the client sends it again to the group its ring now
+ * names: at once if another, after a pause of 20 ms doubling to 200 ms if
+ * the same (a move in progress), while the request's budget lasts (an
+ * acquire: max(wait, {@code sendBudgetMin}) from the call, each resend
+ * waiting what is left of the wait; a query: {@code requestTimeout}; a
+ * release: its 5 s). Only then, or at once when the ring names no group
+ * for the slot, the call throws {@link WrongGroupException}.
+ * {@link Stats#ringVersion()} and {@link Stats#rerouted()} tell what it
+ * routes by and how often it sent a request again. Tokens of keys in
+ * different groups are not comparable: fence per key.
+ *
  * <pre>{@code
  * try (TicketingClient client = TicketingClient.builder()
  *         .addrs("10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400")
@@ -103,7 +125,8 @@ public final class TicketingClient implements AutoCloseable {
      *     acquired; do not enter (a late grant is released by the client)
      * @throws InvalidRequestException a bad key, lease or wait (nothing was sent)
      * @throws CancelledException interrupted, or {@link #close()}, before any byte was written
-     * @throws WrongGroupException the node's group does not serve the key's slot: not acquired
+     * @throws WrongGroupException no group served the key's slot within the budget (a slot no
+     *     range of the ring covers, or a move that did not end in time): not acquired
      */
     public Lease acquire(String key, Duration lease, Duration wait) {
         Req r = acquireReq(key, lease, wait);
@@ -184,8 +207,8 @@ public final class TicketingClient implements AutoCloseable {
      *     lease ran out (another holder may have entered) or it was released
      * @throws UnconfirmedException no answer by the deadline: never assume success
      * @throws QueueFullException the queue is full; nothing was enqueued
-     * @throws WrongGroupException the node's group does not serve the key's
-     *     slot: nothing was released (and the release is not retried)
+     * @throws WrongGroupException no group served the key's slot within the
+     *     5 s: nothing was released where it was answered so
      */
     public void release(Lease lease) {
         refuseOnIoThread("release", lease.key());
@@ -245,7 +268,7 @@ public final class TicketingClient implements AutoCloseable {
      *
      * @throws UnavailableException no answer within the request timeout
      * @throws InvalidRequestException a bad key
-     * @throws WrongGroupException the node's group does not serve the key's slot
+     * @throws WrongGroupException no group served the key's slot within the request timeout
      */
     public QueryResult query(String key) {
         Req r = new Req('Q', Proto.keyOk(key) ? key : "", 0, 0, 0);
@@ -286,9 +309,11 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     /**
-     * Asks a node for its group's ring ({@code S}): the version and the body,
-     * the parts of a long answer joined by {@code ;}. A node with no ring
-     * answers version 0 and body {@code "-"}.
+     * Asks the seed group (the configured addresses) for its ring
+     * ({@code S}): the version and the body, the parts of a long answer
+     * joined by {@code ;}. A group with no ring answers version 0 and body
+     * {@code "-"}. This is the group's ring as it is now, not necessarily
+     * the one the client routes by ({@link Stats#ringVersion()}).
      *
      * @throws UnavailableException no answer within the request timeout
      */
@@ -457,9 +482,10 @@ public final class TicketingClient implements AutoCloseable {
             case QUEUE_FULL:
                 return new QueueFullException(key, head + ": the release queue is full; the lease will free the key");
             case WRONG_GROUP:
-                return new WrongGroupException(key, res.slot, res.ringVersion, res.resent, head + ": slot "
-                        + res.slot + " is not served by this group (ring version "
-                        + Long.toUnsignedString(res.ringVersion) + "); nothing was done"
+                return new WrongGroupException(key, res.slot, res.ringVersion, res.resent, head + ": no group "
+                        + "served slot " + res.slot + " (last W by ring version "
+                        + Long.toUnsignedString(res.ringVersion) + "; no range covers the slot, or a move of "
+                        + "it did not end within the budget); nothing was done"
                         + (op.equals("acquire") ? ", not acquired" : ""));
             default: {
                 String err = engine.lastError();
@@ -501,10 +527,11 @@ public final class TicketingClient implements AutoCloseable {
         private Builder() {}
 
         /**
-         * The cluster's client addresses, {@code host:port} each
-         * ({@code [v6addr]:port} for IPv6), at most 8; one argument may also
-         * hold several separated by commas. With exactly one address the
-         * client keeps two connections to it.
+         * The client addresses of the cluster (with several groups: of any
+         * one group, the seed), {@code host:port} each ({@code [v6addr]:port}
+         * for IPv6), at most 8; one argument may also hold several separated
+         * by commas. With exactly one address the client keeps two
+         * connections to it. The other groups' addresses come from the ring.
          */
         public Builder addrs(String... addrs) {
             this.addrs.addAll(Arrays.asList(addrs));

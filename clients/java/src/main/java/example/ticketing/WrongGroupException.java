@@ -1,12 +1,14 @@
 package example.ticketing;
 
 /**
- * {@link Outcome#WRONG_GROUP}: the node's group does not serve the key's
- * slot (the server answered {@code W <id> <slot> <ring_version>}).
- * Definite: nothing was done, so an acquire was not granted and a release
- * released nothing (it is not retried). The request may be sent to the
- * group that owns the slot; {@link TicketingClient#ring()} tells which, and
- * a ring older than {@link #ringVersion()} is out of date.
+ * {@link Outcome#WRONG_GROUP}: no group served the key's slot within the
+ * request's budget. The client routes by key: after each {@code W <id>
+ * <slot> <ring_version>} it fetched the ring and sent the request again to
+ * the group the ring names, and this is the last such answer. Either the
+ * ring names no group for the slot (no range covers it, or no ring at all)
+ * or the slot stayed frozen or unclaimed by a move for the whole budget.
+ * Definite: nothing was done where it was answered so, so an acquire was
+ * not granted and a release released nothing there.
  */
 public final class WrongGroupException extends TicketingException {
     private static final long serialVersionUID = 1L;
@@ -28,15 +30,20 @@ public final class WrongGroupException extends TicketingException {
     }
 
     /**
-     * The version of the ring the group judged by, an unsigned 64-bit
-     * number (0: the group has no ring yet). Compare with
+     * The version of the ring the group of the last {@code W} judged by, an
+     * unsigned 64-bit number (0: the group has no ring yet). Compare with
      * {@link Long#compareUnsigned}.
      */
     public long ringVersion() {
         return ringVersion;
     }
 
-    /** Release: true if it was written more than once (its connection died after a write). */
+    /**
+     * Release: true if it was written more than once to a group that did not
+     * answer {@code W} (its connection died after a write): that attempt may
+     * have released the key. A write answered {@code W} released nothing and
+     * does not count.
+     */
     public boolean resent() {
         return resent;
     }

@@ -11,15 +11,22 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Function;
+import java.util.function.IntPredicate;
+import java.util.function.Supplier;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * Groups and slots (SPEC 15): W, a definite WRONG_GROUP, and the ring of S
- * in its one-line and multi-line forms, against a scripted server where
- * ticketingd cannot give the answer, and against ticketingd itself.
+ * Groups and slots (SPEC 15): W, a definite WRONG_GROUP, the ring of S in
+ * its one-line and multi-line forms, and routing by key over two groups
+ * (the ring fetched after a W, the resend at once to another group or
+ * after a pause to the same one, never an older ring), against scripted
+ * servers where ticketingd cannot give the answer, and against ticketingd
+ * itself.
  */
 @Timeout(value = 30, unit = TimeUnit.SECONDS)
 class GroupsTest {
@@ -39,9 +46,15 @@ class GroupsTest {
         return new FakeServer(Files.readString(secret).strip().getBytes(StandardCharsets.US_ASCII), script);
     }
 
-    /** W for A, Q and R: the slot of the key in the line, the version the script says. */
+    /**
+     * W for A, Q and R: the slot of the key in the line, the version the
+     * script says; S (the ring the client asks for after a W): no ring.
+     */
     private static List<String> wrong(String line, String version) {
         String[] w = line.split(" ");
+        if (w[0].equals("S")) {
+            return List.of("S " + w[1] + " 0 -");
+        }
         return List.of("W " + w[1] + " " + Slots.slot(w[2]) + " " + version);
     }
 
@@ -64,7 +77,11 @@ class GroupsTest {
             Stats st = c.stats();
             assertEquals(0, st.indeterminate(), "W is definite");
             assertEquals(0, st.compensations());
-            assertEquals(3, f.lines.size(), "one line each, nothing resent: " + f.lines);
+            assertEquals(0, st.ringVersion(), "the group has no ring: none to route by");
+            assertEquals(0, st.rerouted());
+            assertEquals(1, f.linesOf('A').size(), "nothing resent: " + f.lines);
+            assertEquals(2, f.linesOf('Q').size(), "nothing resent: " + f.lines);
+            assertEquals(3, f.linesOf('S').size(), "the ring asked after each W: " + f.lines);
         }
     }
 
@@ -178,6 +195,223 @@ class GroupsTest {
              TicketingClient c = client(f.addr(), secret, Duration.ofMillis(800))) {
             assertThrows(UnavailableException.class, c::ring);
             assertTrue(c.lastError().contains("malformed"), c.lastError());
+        }
+    }
+
+    /**
+     * A scripted group: it serves the keys of the slots it owns (grants with
+     * tokens from one counter, releases, reads the key free), answers W with
+     * its ring version for the others, and S with its ring.
+     */
+    private static List<String> group(String line, IntPredicate owns, long version, Supplier<String> ring,
+            AtomicLong tokens) {
+        String[] w = line.split(" ");
+        String id = w[1];
+        if (w[0].equals("S")) {
+            return List.of("S " + id + " " + version + " " + ring.get());
+        }
+        int slot = Slots.slot(w[2]);
+        if (!owns.test(slot)) {
+            return List.of("W " + id + " " + slot + " " + version);
+        }
+        switch (w[0]) {
+            case "A":
+                return List.of("G " + id + " " + tokens.incrementAndGet());
+            case "R":
+                return List.of("R " + id);
+            default:
+                return List.of("Q " + id + " - 0 0");
+        }
+    }
+
+    /** The wait an acquire line was sent with ("A id key owner lease wait"). */
+    private static long waitOf(String acquireLine) {
+        return Long.parseLong(acquireLine.split(" ")[5]);
+    }
+
+    /**
+     * Seeded with sales-a: its keys go there; a key of sales-b is answered
+     * W, the ring is fetched from sales-a, and the acquire is resent to
+     * sales-b; from then on sales-b's keys go there directly. The seed group
+     * is not connected to twice, and ring() still asks it.
+     */
+    @Test
+    void eachKeyGoesToTheGroupOfItsSlot() throws Exception {
+        Path secret = Servers.writeSecret(dir, "client.secret");
+        AtomicReference<String> body = new AtomicReference<>("-");
+        AtomicLong tokens = new AtomicLong(100);
+        try (FakeServer a = fake(secret, l -> group(l, s -> s < 8192, 1, body::get, tokens));
+             FakeServer b = fake(secret, l -> group(l, s -> s >= 8192, 1, body::get, tokens))) {
+            body.set("0-8191=sales-a@" + a.addr() + ";8192-16383=sales-b@" + b.addr());
+            try (TicketingClient c = client(a.addr(), secret, Duration.ofSeconds(5))) {
+                Lease la = c.acquire("show-4", S30, Duration.ofSeconds(1)); // slot 725
+                assertEquals(0, c.stats().ringVersion(), "no W yet: no ring");
+                assertEquals(0, c.stats().rerouted());
+                Lease lb = c.acquire("show-1", S30, Duration.ofSeconds(1)); // slot 14934
+                Stats st = c.stats();
+                assertEquals(1, st.ringVersion());
+                assertEquals(1, st.rerouted());
+                assertEquals(0, st.indeterminate());
+                assertEquals(4, st.connections(), "two to each group's one address, not a second set for the seed");
+                assertFalse(c.query("show-6").held()); // slot 16239
+                Lease lc = c.acquire("show-6", S30, Duration.ZERO);
+                assertFalse(c.releaseToken("show-1", lb.token()), "not resent");
+                lc.close();
+                la.close();
+                assertEquals(1, c.stats().rerouted(), "routed by the ring: no second W");
+                assertEquals(2, a.linesOf('A').size(), "show-4, and show-1 before the ring: " + a.lines);
+                assertEquals(List.of(), a.linesOf('Q'));
+                assertEquals(1, a.linesOf('R').size());
+                assertEquals(2, b.linesOf('A').size(), "show-1 resent, show-6: " + b.lines);
+                assertEquals(1, b.linesOf('Q').size());
+                assertEquals(2, b.linesOf('R').size());
+                assertEquals(1, a.linesOf('S').size(), "one ring fetch, from the group that answered W");
+                assertEquals(new Ring(1, body.get()), c.ring());
+                assertEquals(2, a.linesOf('S').size(), "ring() asks the seed group");
+                assertEquals(List.of(), b.linesOf('S'));
+            }
+        }
+    }
+
+    /**
+     * The group the ring names answers W (a move in progress): the client
+     * resends there after 20, 40, 80 ms, each time with what is left of the
+     * wait, and the acquire is granted once the group serves the slot.
+     */
+    @Test
+    void theSameGroupIsAskedAgainAfterGrowingPauses() throws Exception {
+        Path secret = Servers.writeSecret(dir, "client.secret");
+        AtomicReference<String> body = new AtomicReference<>("-");
+        AtomicLong tokens = new AtomicLong(7);
+        java.util.concurrent.atomic.AtomicInteger acquires = new java.util.concurrent.atomic.AtomicInteger();
+        try (FakeServer a = fake(secret, l -> group(l, s -> !l.startsWith("A ") || acquires.incrementAndGet() > 3, 1,
+                body::get, tokens))) {
+            body.set("0-16383=sales-a@" + a.addr());
+            try (TicketingClient c = client(a.addr(), secret, Duration.ofSeconds(5))) {
+                long t0 = System.nanoTime();
+                Lease l = c.acquire("k", S30, Duration.ofSeconds(5));
+                long ms = (System.nanoTime() - t0) / 1_000_000;
+                assertTrue(ms >= 140, "20 + 40 + 80 ms of pauses, took " + ms);
+                assertEquals(8, l.token());
+                assertEquals(3, c.stats().rerouted());
+                assertEquals(1, c.stats().ringVersion());
+                List<String> sent = a.linesOf('A');
+                assertEquals(4, sent.size(), sent.toString());
+                assertTrue(waitOf(sent.get(0)) > 4000 && waitOf(sent.get(0)) <= 5000, sent.toString());
+                for (int i = 1; i < sent.size(); i++) {
+                    assertTrue(waitOf(sent.get(i)) <= waitOf(sent.get(i - 1)), "the rest of the wait: " + sent);
+                }
+                assertTrue(waitOf(sent.get(3)) <= 5000 - 140, sent.toString());
+                assertEquals(3, a.linesOf('S').size(), "the ring asked after each W");
+                l.close();
+            }
+        }
+    }
+
+    /** A slot no range of the ring covers: WRONG_GROUP at once, not at the end of the budget. */
+    @Test
+    void aSlotOfNoGroupIsWrongGroupAtOnce() throws Exception {
+        Path secret = Servers.writeSecret(dir, "client.secret");
+        AtomicReference<String> body = new AtomicReference<>("-");
+        try (FakeServer a = fake(secret, l -> group(l, s -> s < 8192, 2, body::get, new AtomicLong()))) {
+            body.set("0-8191=sales-a@" + a.addr());
+            try (TicketingClient c = client(a.addr(), secret, Duration.ofSeconds(5))) {
+                long t0 = System.nanoTime();
+                WrongGroupException e = assertThrows(WrongGroupException.class,
+                        () -> c.acquire("show-1", S30, Duration.ofSeconds(10)));
+                assertTrue(System.nanoTime() - t0 < 3_000_000_000L, "decided by the ring, not the 10 s budget");
+                assertEquals(14934, e.slot());
+                assertEquals(2, e.ringVersion());
+                assertEquals(2, c.stats().ringVersion());
+                assertEquals(0, c.stats().rerouted());
+                assertEquals(1, a.linesOf('A').size());
+                WrongGroupException q = assertThrows(WrongGroupException.class, () -> c.query("show-1"));
+                assertEquals(14934, q.slot());
+                assertEquals(1, a.linesOf('Q').size(), "sent to the seed, whose W says the same");
+            }
+        }
+    }
+
+    /**
+     * A slot frozen for the whole budget: the acquire ends WRONG_GROUP when
+     * max(wait, sendBudgetMin) has passed, a query at its request timeout.
+     * An acquire waiting out a pause is cancelled like one that waits for a
+     * connection, and so is one the client's close() finds there.
+     */
+    @Test
+    void aFrozenSlotEndsWrongGroupWithTheBudget() throws Exception {
+        Path secret = Servers.writeSecret(dir, "client.secret");
+        AtomicReference<String> body = new AtomicReference<>("-");
+        try (FakeServer a = fake(secret, l -> group(l, s -> false, 1, body::get, new AtomicLong()))) {
+            body.set("0-16383=sales-a@" + a.addr());
+            TicketingClient c = TicketingClient.builder().addrs(a.addr()).secretFile(secret).owner("java-groups")
+                    .sendBudgetMin(Duration.ofMillis(300)).requestTimeout(Duration.ofMillis(400)).build();
+            try (c) {
+                long t0 = System.nanoTime();
+                WrongGroupException e = assertThrows(WrongGroupException.class,
+                        () -> c.acquire("show-42", S30, Duration.ZERO));
+                long ms = (System.nanoTime() - t0) / 1_000_000;
+                assertTrue(ms >= 140 && ms < 1500, "within the 300 ms budget, with its pauses: " + ms);
+                assertEquals(11909, e.slot());
+                assertEquals(1, e.ringVersion());
+                assertTrue(c.stats().rerouted() >= 2, c.stats().toString());
+                t0 = System.nanoTime();
+                assertThrows(WrongGroupException.class, () -> c.query("show-42"));
+                ms = (System.nanoTime() - t0) / 1_000_000;
+                assertTrue(ms >= 140 && ms < 1500, "within the 400 ms request timeout: " + ms);
+                assertEquals(0, c.stats().indeterminate());
+
+                java.util.concurrent.CompletableFuture<Lease> f = c.acquireAsync("show-42", S30,
+                        Duration.ofSeconds(20));
+                Thread.sleep(300);
+                f.cancel(true);
+                assertTrue(Servers.waitFor(Duration.ofSeconds(2), () -> c.stats().requestsInProgress() == 0),
+                        "the cancelled acquire is still in the client: " + c.stats());
+                java.util.concurrent.CompletableFuture<Lease> g = c.acquireAsync("show-42", S30,
+                        Duration.ofSeconds(20));
+                Thread.sleep(300);
+                c.close();
+                CancelledException x = assertThrows(CancelledException.class, () -> sync(g));
+                assertEquals("shutdown", x.reason());
+            }
+        }
+    }
+
+    /**
+     * The ring is never replaced by an older one: sales-b answers W by its
+     * own older ring (version 3, which gives every slot back to sales-a),
+     * and the client keeps version 5 and asks sales-b again after a pause. A
+     * release answered W and sent again is no "resent" release.
+     */
+    @Test
+    void anOlderRingIsNeverTaken() throws Exception {
+        Path secret = Servers.writeSecret(dir, "client.secret");
+        AtomicReference<String> ringA = new AtomicReference<>("-");
+        AtomicReference<String> ringB = new AtomicReference<>("-");
+        AtomicLong tokens = new AtomicLong(40);
+        java.util.concurrent.atomic.AtomicInteger firsts = new java.util.concurrent.atomic.AtomicInteger();
+        try (FakeServer a = fake(secret, l -> group(l, s -> false, 5, ringA::get, tokens));
+             FakeServer b = fake(secret, l -> group(l, s -> {
+                 // The first acquire and the first release are answered W.
+                 int bit = l.startsWith("A ") ? 1 : l.startsWith("R ") ? 2 : 0;
+                 return bit == 0 || (firsts.getAndUpdate(v -> v | bit) & bit) != 0;
+             }, 3, ringB::get, tokens))) {
+            ringA.set("0-16383=sales-b@" + b.addr());
+            ringB.set("0-16383=sales-a@" + a.addr());
+            try (TicketingClient c = client(a.addr(), secret, Duration.ofSeconds(5))) {
+                Lease l = c.acquire("show-42", S30, Duration.ofSeconds(5));
+                assertEquals(41, l.token());
+                assertEquals(5, c.stats().ringVersion(), "version 3 from sales-b was not taken");
+                assertEquals(2, c.stats().rerouted(), "to sales-b, then sales-b again after its W");
+                assertFalse(c.releaseToken("show-42", l.token()), "a W released nothing: no resend of it");
+                assertEquals(3, c.stats().rerouted());
+                assertEquals(1, a.linesOf('A').size(), a.lines.toString());
+                assertEquals(List.of(), a.linesOf('R'), "the release went by the ring: " + a.lines);
+                assertEquals(2, b.linesOf('A').size());
+                assertEquals(2, b.linesOf('R').size());
+                assertEquals(5, c.stats().ringVersion());
+                assertEquals(0, c.stats().releasesQueued());
+            }
         }
     }
 

@@ -219,7 +219,8 @@ public final class ConformanceDriver {
                 case "stats" -> {
                     Stats st = client.stats();
                     reply(t0, "outcome", "OK", "compensations", st.compensations(), "indeterminate",
-                            st.indeterminate(), "moved", st.moved(), "releases_queued", st.releasesQueued());
+                            st.indeterminate(), "moved", st.moved(), "releases_queued", st.releasesQueued(),
+                            "ring_version", Json.unsigned(st.ringVersion()), "rerouted", st.rerouted());
                 }
                 case "slot" -> {
                     String key = str(cmd, "key");
