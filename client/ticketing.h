@@ -5,7 +5,10 @@
  * the connections, sends and receives, and runs every timer; plus, only when
  * an address is a host name, one resolver thread (getaddrinfo blocks). Every
  * function below may be called from any thread at any time, except where it
- * says otherwise. Completion callbacks run on the I/O thread: they must be
+ * says otherwise. Routing by key (docs/client.md, "Groups and the ring")
+ * adds a routing thread and, per other group, that group's I/O thread.
+ * Completion callbacks run on an I/O thread (or, for a request that ended
+ * without an answer after a W, on the routing thread): they must be
  * short and must not block; they may call the *_async functions and
  * tk_client_cancel(), never the blocking ones (those return at once with
  * INVALID, reason "thread", there) nor tk_client_destroy().
