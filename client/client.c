@@ -362,7 +362,7 @@ int cl_submit_check(const struct cl_submit_args *a, size_t *key_len, char *reaso
         bad = "buffer";
     if (bad != NULL && reason != NULL)
         snprintf(reason, 16, "%s", bad);
-    return bad ? TK_CLIENT_EINVAL : TK_CLIENT_ENONE;
+    return bad != NULL || a->done == NULL ? TK_CLIENT_EINVAL : TK_CLIENT_ENONE;
 }
 
 int cl_submit(struct tk_client *c, const struct cl_submit_args *a, uint64_t *handle, char *reason)
@@ -371,8 +371,6 @@ int cl_submit(struct tk_client *c, const struct cl_submit_args *a, uint64_t *han
     int rc = cl_submit_check(a, &key_len, reason);
     if (rc != 0)
         return rc;
-    if (a->done == NULL)
-        return TK_CLIENT_EINVAL;
     uint64_t now = cl_now_us();
     pthread_mutex_lock(&c->mu);
     bool rel = a->type == 'R';

@@ -270,7 +270,8 @@ extern _Thread_local bool cl_on_client_thread;
 
 /* client.c */
 uint64_t cl_now_us(void);
-/* Checks a's fields as the server would (reason: the bad one's word). */
+/* Checks a's fields as the server would (reason: the bad one's word),
+ * and that it has a callback. */
 int cl_submit_check(const struct cl_submit_args *a, size_t *key_len, char *reason);
 /* Hands one request to c's I/O thread (no routing); *handle for cancel. */
 int cl_submit(struct tk_client *c, const struct cl_submit_args *a, uint64_t *handle, char *reason);

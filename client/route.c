@@ -318,8 +318,6 @@ int cl_route_submit(struct tk_client *seed,
     int rc = cl_submit_check(a, &key_len, reason);
     if (rc != 0)
         return rc;
-    if (a->done == NULL)
-        return TK_CLIENT_EINVAL;
     uint32_t slot = tk_slot(a->key, key_len);
     uint64_t now = cl_now_us();
     uint64_t budget_ms = a->type == 'A'   ? TK_MAX(a->wait_ms, seed->cfg.send_budget_min_ms)

@@ -282,7 +282,12 @@ func (l *loop) free(r *req) {
 }
 
 func (l *loop) finish(r *req, o outcome, reason string) {
-	res := result{outcome: o, reason: reason}
+	l.finishWith(r, result{outcome: o, reason: reason})
+}
+
+// finishWith decides r with res (a release's token and resent filled in)
+// and lets it go.
+func (l *loop) finishWith(r *req, res result) {
 	if r.typ == 'R' {
 		res.token, res.resent = r.token, r.resent
 	}

@@ -499,12 +499,5 @@ func (l *loop) reroute(r *req, now time.Duration, mayPause bool) {
 
 // finishWrong ends r WRONG_GROUP with its last W's slot and version.
 func (l *loop) finishWrong(r *req) {
-	res := result{outcome: oWrongGroup, slot: r.wrongSlot, ringVer: r.wrongVer}
-	if r.typ == 'R' {
-		res.token, res.resent = r.token, r.resent
-	}
-	l.unpend(r)
-	l.heapRemove(r)
-	l.decide(r, res)
-	l.c.unlive(r)
+	l.finishWith(r, result{outcome: oWrongGroup, slot: r.wrongSlot, ringVer: r.wrongVer})
 }
