@@ -486,10 +486,12 @@ static void route_one(struct cl_route *rt, struct hop *h, uint64_t now)
         make_group(rt, gi);
         g = rt->groups[gi].c;
     }
-    /* No group for the slot (no ring after a W, a slot no range covers,
-     * a group without a client): the W stands. */
+    /* No group for the slot (a W from a group without a ring while we
+     * have none either, a slot no range covers, a group without a
+     * client): the W stands. A W naming a ring we could not fetch goes
+     * back to the same group after a pause, whose next W fetches again. */
     bool was_w = h->w.outcome == TK_CLIENT_WRONG_GROUP;
-    if (g == NULL || (was_w && gi == -1)) {
+    if (g == NULL || (was_w && gi == -1 && h->w.ring_version == 0)) {
         route_end(rt, h, false);
         return;
     }
