@@ -36,7 +36,6 @@
 struct rt_group {
     char name[TK_SLOTS_NAME_MAX + 1];
     struct tk_client *c; /* the seed, a child, or NULL: not made yet */
-    bool child;
 };
 
 struct hop {
@@ -45,7 +44,6 @@ struct hop {
     struct cl_route *rt;
     uint64_t id; /* the caller's handle (acquires) */
     char type;   /* 'A' 'R' 'Q' */
-    uint16_t key_len;
     uint32_t slot;
     uint32_t lease_ms, wait_ms;
     uint64_t token;
@@ -156,10 +154,8 @@ static void ring_take(struct cl_route *rt, const struct tk_slot_ring *r)
             snprintf(rt->groups[k].name, sizeof rt->groups[k].name, "%s", g->name);
             rt->ngroups++;
         }
-        if (rt->groups[k].c == NULL && is_seed(rt, g)) {
+        if (rt->groups[k].c == NULL && is_seed(rt, g))
             rt->groups[k].c = rt->seed;
-            rt->groups[k].child = false;
-        }
         rt->group_of[i] = (uint8_t)k;
     }
     if (rt->ring == NULL)
@@ -341,7 +337,6 @@ int cl_route_submit(struct tk_client *seed,
         h->w.outcome = 0;
         h->rt = rt;
         h->type = a->type;
-        h->key_len = (uint16_t)key_len;
         memcpy(h->key, a->key, key_len);
         h->key[key_len] = '\0';
         h->slot = slot;
@@ -368,6 +363,7 @@ int cl_route_submit(struct tk_client *seed,
                 rt->live->prev = h;
             rt->live = h;
             rt->nlive++;
+            TK_ASSERT(rt->nlive <= rt->live_max); /* checked above, under the same lock */
             if (g == NULL)
                 queue_push(rt, h, 0); /* the routing thread makes the group's client */
             if (handle != NULL)
@@ -459,10 +455,8 @@ static void make_group(struct cl_route *rt, int gi)
     if (rc != 0)
         cl_log(rt->seed, 0, "group %s (%s): no client: %s", name, addrs, tk_client_strerror(rc));
     pthread_mutex_lock(&rt->mu);
-    if (c != NULL) {
+    if (c != NULL)
         rt->groups[gi].c = c;
-        rt->groups[gi].child = true;
-    }
 }
 
 /* Ends h with its W (mu held, dropped meanwhile). */
@@ -592,10 +586,9 @@ void cl_route_stop(struct tk_client *seed)
     /* The children stop as a client does (their releases keep their
      * deadline); a W answered meanwhile ends at once (hop_done). */
     for (uint32_t i = 0; i < rt->ngroups; i++)
-        if (rt->groups[i].child) {
+        if (rt->groups[i].c != NULL && rt->groups[i].c != seed) {
             tk_client_destroy(rt->groups[i].c);
             rt->groups[i].c = NULL;
-            rt->groups[i].child = false;
         }
 }
 
@@ -626,7 +619,7 @@ void cl_route_stats(struct tk_client *seed, struct tk_client_stats *out)
     uint32_t n = 0, groups = 1;
     pthread_mutex_lock(&rt->mu);
     for (uint32_t i = 0; i < rt->ngroups; i++)
-        if (rt->groups[i].child)
+        if (rt->groups[i].c != NULL && rt->groups[i].c != seed)
             kids[n++] = rt->groups[i].c;
     /* Sum under mu: a child is destroyed only after the routing stops,
      * and stats are not asked during tk_client_destroy(). */
